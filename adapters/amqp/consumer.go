@@ -1,0 +1,195 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// Verdict is what a handler decides for its message.
+type Verdict int
+
+const (
+	// Ack: the message is done (its outcome is in the ledger).
+	Ack Verdict = iota
+	// Requeue: give the message back for redelivery (the ledger could not be written).
+	Requeue
+	// DeadLetter: reject without requeue; the work queue dead-letters it to the dead queue.
+	DeadLetter
+)
+
+// Delivery is one consumed message as a handler sees it.
+type Delivery struct {
+	Message *message.Message
+	// Redelivered is the broker's flag: a consumer received this copy before and did not ack it.
+	Redelivered bool
+	Queue       string
+}
+
+// Handler processes one message. ctx is cancelled when the consumer's shutdown deadline passes.
+type Handler func(ctx context.Context, d Delivery) Verdict
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	URL   string
+	Queue string
+	// Concurrency is the number of messages in flight: the prefetch and the handler goroutines.
+	Concurrency int
+	// ShutdownTimeout bounds how long in-flight handlers may run after the consumer is stopped.
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// Validate reports every problem at once.
+func (c ConsumerConfig) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("amqp url is empty"))
+	}
+	if c.Queue == "" {
+		errs = append(errs, errors.New("queue is empty"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency %d is below 1", c.Concurrency))
+	}
+	return errors.Join(errs...)
+}
+
+// Consumer feeds a queue's messages to a handler with bounded concurrency and manual acks. It
+// consumes with amqp091 directly rather than watermill-amqp's subscriber, which handles one
+// message at a time per subscription and can only requeue-or-drop on Nack: a worker needs both
+// verdicts. Messages are decoded with Marshaler, the consumer-side replacement of watermill-amqp's
+// default marshaler.
+type Consumer struct {
+	cfg       ConsumerConfig
+	handler   Handler
+	marshaler Marshaler
+}
+
+// NewConsumer builds a consumer.
+func NewConsumer(cfg ConsumerConfig, handler Handler) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	return &Consumer{cfg: cfg, handler: handler}, nil
+}
+
+// Run consumes until ctx is cancelled, reconnecting with backoff when the connection drops. On
+// cancellation it stops taking messages, lets in-flight handlers finish up to ShutdownTimeout,
+// and gives back (requeues) what was prefetched but not started.
+func (c *Consumer) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.cfg.Logger.Warn("consumer session ended, reconnecting", "queue", c.cfg.Queue, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *Consumer) session(ctx context.Context) error {
+	conn, err := amqp091.Dial(c.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(c.cfg.Concurrency, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	tag := fmt.Sprintf("ledger-%s-%d", c.cfg.Queue, time.Now().UnixNano())
+	deliveries, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
+	}
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+
+	// Handlers get a context that outlives ctx by the shutdown grace period.
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	stopGrace := context.AfterFunc(ctx, func() {
+		time.AfterFunc(c.cfg.ShutdownTimeout, cancelHandlers)
+	})
+	defer stopGrace()
+
+	work := make(chan amqp091.Delivery)
+	var wg sync.WaitGroup
+	for range c.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				c.handle(handlerCtx, d)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(work)
+
+	for {
+		select {
+		case <-ctx.Done():
+			// Stop the flow, then give back whatever was prefetched and not yet handed out.
+			_ = ch.Cancel(tag, false)
+			for d := range deliveries {
+				_ = d.Nack(false, true)
+			}
+			return nil
+		case err := <-closed:
+			return fmt.Errorf("connection closed: %v", err)
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("delivery channel closed")
+			}
+			select {
+			case work <- d:
+			case <-ctx.Done():
+				_ = d.Nack(false, true)
+			}
+		}
+	}
+}
+
+func (c *Consumer) handle(ctx context.Context, d amqp091.Delivery) {
+	msg, err := c.marshaler.Unmarshal(d)
+	verdict := DeadLetter
+	if err == nil {
+		verdict = c.handler(ctx, Delivery{Message: msg, Redelivered: d.Redelivered, Queue: c.cfg.Queue})
+	} else {
+		c.cfg.Logger.Error("undecodable message, dead-lettering", "queue", c.cfg.Queue, "err", err)
+	}
+	switch verdict {
+	case Ack:
+		err = d.Ack(false)
+	case Requeue:
+		err = d.Nack(false, true)
+	case DeadLetter:
+		err = d.Nack(false, false)
+	}
+	if err != nil {
+		// The channel is gone; the broker redelivers the message to the next consumer.
+		c.cfg.Logger.Warn("ack failed", "queue", c.cfg.Queue, "verdict", verdict, "err", err)
+	}
+}

@@ -1,0 +1,178 @@
+// Package amqp is the ledger's RabbitMQ adapter: the queue topology, the relay that moves outbox
+// rows to the broker with publisher confirms, and the consumer that feeds workers.
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// Topology names and declares every exchange and queue. All names start with Prefix, so tests,
+// benchmarks and several deployments can share one broker.
+//
+// Per channel:
+//
+//	<prefix>.<channel>              work queue (durable, dead-letters to <prefix>.dlx)
+//	<prefix>.<channel>.retry.<tier> delay tier: queue TTL = tier, dead-letters back to the work queue
+//	<prefix>.<channel>.dead         dead queue, bound to <prefix>.dlx
+type Topology struct {
+	Prefix   string
+	Channels []string
+	// Tiers are the delay queues' TTLs, ascending (see domain.RetryPolicy.Tiers).
+	Tiers []time.Duration
+}
+
+var _ commands.Topics = Topology{}
+
+// Validate reports every problem of the topology at once.
+func (t Topology) Validate() error {
+	var errs []error
+	if t.Prefix == "" {
+		errs = append(errs, errors.New("amqp prefix is empty"))
+	}
+	if len(t.Channels) == 0 {
+		errs = append(errs, errors.New("no channels"))
+	}
+	if len(t.Tiers) == 0 {
+		errs = append(errs, errors.New("no delay tiers"))
+	}
+	if !sort.SliceIsSorted(t.Tiers, func(i, j int) bool { return t.Tiers[i] < t.Tiers[j] }) {
+		errs = append(errs, errors.New("delay tiers are not ascending"))
+	}
+	return errors.Join(errs...)
+}
+
+// DeadLetterExchange is the exchange work queues dead-letter into.
+func (t Topology) DeadLetterExchange() string { return t.Prefix + ".dlx" }
+
+// Work is the work queue of a channel. Priority classes share it for now.
+func (t Topology) Work(channel string, _ domain.Priority) string { return t.Prefix + "." + channel }
+
+// Dead is the dead queue of a channel.
+func (t Topology) Dead(channel string) string { return t.Prefix + "." + channel + ".dead" }
+
+// Tier returns the smallest tier that is at least delay (or the largest tier).
+func (t Topology) Tier(delay time.Duration) time.Duration {
+	for _, tier := range t.Tiers {
+		if tier >= delay {
+			return tier
+		}
+	}
+	return t.Tiers[len(t.Tiers)-1]
+}
+
+// Retry is the delay queue that holds a message for delay, rounded up to a tier, so a long delay
+// never holds back a short one (RabbitMQ expires messages only at a queue's head).
+func (t Topology) Retry(channel string, delay time.Duration) string {
+	return t.retryQueue(channel, t.Tier(delay))
+}
+
+func (t Topology) retryQueue(channel string, tier time.Duration) string {
+	return t.Prefix + "." + channel + ".retry." + FormatTier(tier)
+}
+
+// FormatTier renders a tier compactly for queue names: 200ms, 30s, 2m, 1h30m.
+func FormatTier(d time.Duration) string {
+	if d < time.Second || d%time.Second != 0 {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	var b strings.Builder
+	h, m, s := int(d/time.Hour), int(d%time.Hour/time.Minute), int(d%time.Minute/time.Second)
+	if h > 0 {
+		fmt.Fprintf(&b, "%dh", h)
+	}
+	if m > 0 {
+		fmt.Fprintf(&b, "%dm", m)
+	}
+	if s > 0 {
+		fmt.Fprintf(&b, "%ds", s)
+	}
+	return b.String()
+}
+
+// Queues lists every queue the topology declares.
+func (t Topology) Queues() []string {
+	var qs []string
+	for _, ch := range t.Channels {
+		qs = append(qs, t.Work(ch, domain.PriorityNormal), t.Dead(ch))
+		for _, tier := range t.Tiers {
+			qs = append(qs, t.retryQueue(ch, tier))
+		}
+	}
+	return qs
+}
+
+// Declare declares the whole topology, idempotently. Redeclaring a queue with other arguments
+// fails (PRECONDITION_FAILED): changing an argument needs a new queue name.
+func (t Topology) Declare(conn *amqp091.Connection) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("declare topology: open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(t.DeadLetterExchange(), "direct", true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare %s: %w", t.DeadLetterExchange(), err)
+	}
+	declare := func(name string, args amqp091.Table) error {
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare queue %s: %w", name, err)
+		}
+		return nil
+	}
+	for _, channel := range t.Channels {
+		work := t.Work(channel, domain.PriorityNormal)
+		if err := declare(work, amqp091.Table{
+			"x-dead-letter-exchange":    t.DeadLetterExchange(),
+			"x-dead-letter-routing-key": t.Dead(channel),
+		}); err != nil {
+			return err
+		}
+		if err := declare(t.Dead(channel), nil); err != nil {
+			return err
+		}
+		if err := ch.QueueBind(t.Dead(channel), t.Dead(channel), t.DeadLetterExchange(), false, nil); err != nil {
+			return fmt.Errorf("bind %s: %w", t.Dead(channel), err)
+		}
+		for _, tier := range t.Tiers {
+			if err := declare(t.retryQueue(channel, tier), amqp091.Table{
+				"x-message-ttl":             tier.Milliseconds(),
+				"x-dead-letter-exchange":    "",
+				"x-dead-letter-routing-key": work,
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Delete removes every queue and the exchange of the topology (tests and benchmarks clean up
+// with it).
+func (t Topology) Delete(conn *amqp091.Connection) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	var errs []error
+	for _, q := range t.Queues() {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := ch.ExchangeDelete(t.DeadLetterExchange(), false, false); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// EventStore is the PostgreSQL event store. Unique constraints decide conflicts: (delivery_id,
+// version) for optimistic concurrency, idempotency_key for dedupe.
+type EventStore struct {
+	pool *pgxpool.Pool
+}
+
+var (
+	_ commands.EventStore  = (*EventStore)(nil)
+	_ commands.AcceptStore = (*EventStore)(nil)
+)
+
+// NewEventStore returns a store over pool.
+func NewEventStore(pool *pgxpool.Pool) *EventStore { return &EventStore{pool: pool} }
+
+const sqlstateUniqueViolation = "23505"
+
+const eventsAppend = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])`
+
+const eventsExistingKeys = `SELECT count(*) FROM events WHERE idempotency_key = ANY($1::text[])`
+
+const eventColumns = `delivery_id::text, tenant, version, type, idempotency_key, data, recorded_at, position`
+
+const eventsByDelivery = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = $1 ORDER BY version`
+
+// Append writes events and outbox messages in one transaction.
+func (s *EventStore) Append(ctx context.Context, events []domain.Event, outbox []commands.OutboxMessage) error {
+	if len(events) == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := appendEvents(ctx, tx, events); err != nil {
+			return err
+		}
+		return publishOutbox(ctx, tx, outbox)
+	})
+	return s.translate(ctx, err, events)
+}
+
+func appendEvents(ctx context.Context, tx pgx.Tx, events []domain.Event) error {
+	n := len(events)
+	ids, tenants, types, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	versions, data, times := make([]int32, n), make([]string, n), make([]time.Time, n)
+	for i, e := range events {
+		ids[i], tenants[i], versions[i], types[i] = e.DeliveryID, e.Tenant, int32(e.Version), string(e.Type)
+		keys[i], data[i], times[i] = e.Key, string(e.Data), e.RecordedAt
+	}
+	_, err := tx.Exec(ctx, eventsAppend, ids, tenants, versions, types, keys, data, times)
+	return err
+}
+
+// translate maps a failed append to the commands' errors: a unique violation is a duplicate when
+// every key is already recorded, a version conflict otherwise.
+func (s *EventStore) translate(ctx context.Context, err error, events []domain.Event) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateUniqueViolation {
+		return fmt.Errorf("append to %s: %w", events[0].DeliveryID, err)
+	}
+	keys := make([]string, len(events))
+	for i, e := range events {
+		keys[i] = e.Key
+	}
+	var existing int
+	if qerr := s.pool.QueryRow(ctx, eventsExistingKeys, keys).Scan(&existing); qerr != nil {
+		return fmt.Errorf("append to %s: %w (checking keys: %v)", events[0].DeliveryID, commands.ErrVersionConflict, qerr)
+	}
+	if existing == len(events) {
+		return commands.ErrDuplicate
+	}
+	return fmt.Errorf("append to %s at version %d: %w", events[0].DeliveryID, events[0].Version, commands.ErrVersionConflict)
+}
+
+// Load returns a delivery's stream in version order.
+func (s *EventStore) Load(ctx context.Context, deliveryID string) ([]domain.Event, error) {
+	if _, err := uuid.Parse(deliveryID); err != nil {
+		return nil, commands.ErrNotFound
+	}
+	rows, err := s.pool.Query(ctx, eventsByDelivery, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", deliveryID, err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", deliveryID, err)
+	}
+	if len(events) == 0 {
+		return nil, commands.ErrNotFound
+	}
+	return events, nil
+}
+
+func scanEvent(row pgx.CollectableRow) (domain.Event, error) {
+	var e domain.Event
+	var typ string
+	err := row.Scan(&e.DeliveryID, &e.Tenant, &e.Version, &typ, &e.Key, &e.Data, &e.RecordedAt, &e.Position)
+	e.Type = domain.EventType(typ)
+	e.RecordedAt = e.RecordedAt.UTC()
+	return e, err
+}
+
+// LogPosition is a place in the global log in commit-safe order: (transaction id, position).
+type LogPosition struct {
+	TransactionID uint64
+	Position      int64
+}
+
+// String renders the position as "txid:position".
+func (p LogPosition) String() string {
+	return strconv.FormatUint(p.TransactionID, 10) + ":" + strconv.FormatInt(p.Position, 10)
+}
+
+// LoggedEvent is an event with its place in the log.
+type LoggedEvent struct {
+	domain.Event
+	At LogPosition
+}
+
+const eventsReadLog = `SELECT ` + eventColumns + `, transaction_id::text FROM events
+WHERE (transaction_id, position) > ($1::text::xid8, $2)
+  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY transaction_id, position
+LIMIT $3`
+
+// ReadLog returns up to limit events after `after`, in an order that never skips a row: only
+// transactions below the oldest one still running are visible, so a transaction that took its
+// position early but commits late is read when it commits, before anything after it.
+func (s *EventStore) ReadLog(ctx context.Context, after LogPosition, limit int) ([]LoggedEvent, error) {
+	rows, err := s.pool.Query(ctx, eventsReadLog, strconv.FormatUint(after.TransactionID, 10), after.Position, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read log after %s: %w", after, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LoggedEvent, error) {
+		var le LoggedEvent
+		var typ, txid string
+		err := row.Scan(&le.DeliveryID, &le.Tenant, &le.Version, &typ, &le.Key, &le.Data, &le.RecordedAt, &le.Position, &txid)
+		if err != nil {
+			return le, err
+		}
+		le.Type = domain.EventType(typ)
+		le.RecordedAt = le.RecordedAt.UTC()
+		le.At.Position = le.Position
+		le.At.TransactionID, err = strconv.ParseUint(txid, 10, 64)
+		return le, err
+	})
+}
+
+const (
+	acceptRequestLock = `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`
+	acceptRequestGet  = `SELECT request_hash, response FROM accept_requests WHERE tenant = $1 AND request_key = $2`
+	acceptRequestPut  = `INSERT INTO accept_requests (tenant, request_key, request_hash, response) VALUES ($1, $2, $3, $4)`
+)
+
+// RecordAccept records an accept request once per (tenant, request key), with its events and
+// outbox messages, in one transaction. A transaction-scoped advisory lock on the key tells a
+// concurrent repeat (409) from a finished one (stored answer or 422) without waiting.
+func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
+	var stored []byte
+	var replayed bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		lockKey := strconv.Itoa(len(rec.Tenant)) + ":" + rec.Tenant + "/" + rec.RequestKey
+		var locked bool
+		if err := tx.QueryRow(ctx, acceptRequestLock, lockKey).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked {
+			return commands.ErrRequestInFlight
+		}
+		var hash []byte
+		err := tx.QueryRow(ctx, acceptRequestGet, rec.Tenant, rec.RequestKey).Scan(&hash, &stored)
+		switch {
+		case err == nil:
+			if string(hash) != string(rec.RequestHash) {
+				return commands.ErrRequestMismatch
+			}
+			replayed = true
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		if err := appendEvents(ctx, tx, rec.Events); err != nil {
+			return err
+		}
+		if err := publishOutbox(ctx, tx, rec.Outbox); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response))
+		stored = rec.Response
+		return err
+	})
+	switch {
+	case err == nil:
+		return stored, replayed, nil
+	case errors.Is(err, commands.ErrRequestInFlight), errors.Is(err, commands.ErrRequestMismatch):
+		return nil, false, err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateUniqueViolation {
+		// Only a request that bypassed the lock (another process with a different lock key
+		// encoding cannot exist) could collide here; report it as in flight, the caller retries.
+		return nil, false, fmt.Errorf("%w: %v", commands.ErrRequestInFlight, err)
+	}
+	return nil, false, fmt.Errorf("record accept %s/%s: %w", rec.Tenant, rec.RequestKey, err)
+}
+
+// RequestLookup returns the stored answer of an accept request, for audit by Idempotency-Key.
+func (s *EventStore) RequestLookup(ctx context.Context, tenant, requestKey string) ([]byte, error) {
+	var hash, response []byte
+	err := s.pool.QueryRow(ctx, acceptRequestGet, tenant, requestKey).Scan(&hash, &response)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, commands.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up request %s: %w", requestKey, err)
+	}
+	return response, nil
+}
+
+// Ping checks that the database answers.
+func (s *EventStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }

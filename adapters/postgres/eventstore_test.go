@@ -1,0 +1,357 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+type storeBundle struct {
+	schema *pgtest.Schema
+	store  *postgres.EventStore
+}
+
+func setup(t *testing.T) *storeBundle {
+	t.Helper()
+	s := pgtest.New(t)
+	return &storeBundle{schema: s, store: postgres.NewEventStore(s.Pool)}
+}
+
+// acceptedEvents builds the opening events of a new delivery.
+func acceptedEvents(t *testing.T) (*domain.Delivery, []domain.Event) {
+	t.Helper()
+	d, events, err := domain.Accept(domain.AcceptSpec{
+		ID: uuid.NewString(), Tenant: "acme", Channel: "webhook", Recipient: "https://example.com/hook",
+		Payload: json.RawMessage(`{"a":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
+	}, time.Now().UTC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, events
+}
+
+func TestAppendAndLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d, events := acceptedEvents(t)
+	if err := b.store.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	queued, err := d.Queue(time.Now().UTC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Append(ctx, queued, nil); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := b.store.Load(ctx, d.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded) != 2 || loaded[0].Type != domain.EventAccepted || loaded[1].Type != domain.EventQueued {
+		t.Fatalf("loaded %+v", loaded)
+	}
+	re, err := domain.Rehydrate(loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re.State() != domain.StateQueued || re.Version() != 2 || re.Recipient() != d.Recipient() {
+		t.Fatalf("rehydrated state %s version %d", re.State(), re.Version())
+	}
+	if _, err := b.store.Load(ctx, uuid.NewString()); !errors.Is(err, commands.ErrNotFound) {
+		t.Fatalf("missing stream: got %v, want ErrNotFound", err)
+	}
+	if _, err := b.store.Load(ctx, "not-a-uuid"); !errors.Is(err, commands.ErrNotFound) {
+		t.Fatalf("malformed id: got %v, want ErrNotFound", err)
+	}
+}
+
+func TestConcurrentAppendsOneWins(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d, events := acceptedEvents(t)
+	if err := b.store.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Ten writers append version 2 with different keys: the unique (stream, version) decides.
+	const writers = 10
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := domain.Event{
+				DeliveryID: d.ID(), Tenant: "acme", Version: 2, Type: domain.EventQueued,
+				Key: fmt.Sprintf("%s/writer/%d", d.ID(), i), Data: json.RawMessage(`{"attempt":1}`),
+				RecordedAt: time.Now().UTC(),
+			}
+			errs[i] = b.store.Append(ctx, []domain.Event{e}, nil)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case errors.Is(err, commands.ErrVersionConflict):
+		default:
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d writers won, want exactly 1", wins)
+	}
+	loaded, _ := b.store.Load(ctx, d.ID())
+	if len(loaded) != 2 {
+		t.Fatalf("stream has %d events, want 2", len(loaded))
+	}
+}
+
+func TestRepeatedIdempotencyKeyAppendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d, events := acceptedEvents(t)
+	if err := b.store.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	queued, _ := d.Queue(time.Now().UTC())
+	if err := b.store.Append(ctx, queued, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The same operation again, as a redelivered message would record it.
+	again := queued[0]
+	if err := b.store.Append(ctx, []domain.Event{again}, nil); !errors.Is(err, commands.ErrDuplicate) {
+		t.Fatalf("repeat: got %v, want ErrDuplicate", err)
+	}
+	// Same key at a later version (a writer that did not see the first): still a duplicate.
+	again.Version = 3
+	if err := b.store.Append(ctx, []domain.Event{again}, nil); !errors.Is(err, commands.ErrDuplicate) {
+		t.Fatalf("repeat at next version: got %v, want ErrDuplicate", err)
+	}
+	var n int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE delivery_id = $1`, d.ID()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d events, want 2", n)
+	}
+}
+
+func TestAppendWritesOutboxInSameTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, events := acceptedEvents(t)
+	msg := commands.OutboxMessage{ID: uuid.NewString(), Topic: "ledger.webhook", Payload: []byte(`{"x":1}`)}
+	if err := b.store.Append(ctx, events, []commands.OutboxMessage{msg}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_ledger_outbox`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("outbox has %d rows, want 1", n)
+	}
+	// A failed append leaves no outbox row behind.
+	if err := b.store.Append(ctx, events, []commands.OutboxMessage{msg}); !errors.Is(err, commands.ErrDuplicate) {
+		t.Fatalf("got %v", err)
+	}
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_ledger_outbox`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("outbox has %d rows after a refused append, want 1", n)
+	}
+}
+
+// TestReadLogNeverSkipsLateCommit: transaction A takes its position first but commits after B.
+// A reader following the log must not pass A's row while A is open.
+func TestReadLogNeverSkipsLateCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	_, early := acceptedEvents(t)
+	_, late := acceptedEvents(t)
+
+	txA, err := b.schema.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(ctx) //nolint:errcheck
+	if _, err := txA.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+		VALUES ($1, 'acme', 1, $2, $3, $4, now())`, early[0].DeliveryID, string(early[0].Type), early[0].Key, string(early[0].Data)); err != nil {
+		t.Fatal(err)
+	}
+	// B appends and commits while A is still open: B's position is higher than A's.
+	if err := b.store.Append(ctx, late, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := b.store.ReadLog(ctx, postgres.LogPosition{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("reader saw %d events while an earlier transaction was open; it would skip it", len(got))
+	}
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.store.ReadLog(ctx, postgres.LogPosition{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("read %d events, want 2", len(got))
+	}
+	if got[0].DeliveryID != early[0].DeliveryID || got[1].DeliveryID != late[0].DeliveryID {
+		t.Fatalf("order: %s then %s, want the early transaction first", got[0].DeliveryID, got[1].DeliveryID)
+	}
+	rest, err := b.store.ReadLog(ctx, got[1].At, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 0 {
+		t.Fatalf("read %d events after the last one", len(rest))
+	}
+}
+
+func TestMigrationsUpDownUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	all, err := postgres.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.CheckSchema(ctx, b.schema.Pool); err != nil {
+		t.Fatalf("fresh schema: %v", err)
+	}
+	steps, err := postgres.Migrate(ctx, b.schema.Pool, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps != len(all) {
+		t.Fatalf("down took %d steps, want %d", steps, len(all))
+	}
+	if err := postgres.CheckSchema(ctx, b.schema.Pool); !errors.Is(err, postgres.ErrSchemaBehind) {
+		t.Fatalf("schema at zero: got %v, want ErrSchemaBehind", err)
+	}
+	var tables int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name <> 'schema_migrations'`, b.schema.Name).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("%d tables left after migrating down to zero", tables)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, -1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if steps, err := postgres.Migrate(ctx, b.schema.Pool, -1, nil); err != nil || steps != 0 {
+		t.Fatalf("second migrate: %d steps, %v; want 0, nil", steps, err)
+	}
+	if err := postgres.CheckSchema(ctx, b.schema.Pool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRecordAcceptOncePerKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, events := acceptedEvents(t)
+	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "k1", RequestHash: []byte("h1"), Events: events, Response: []byte(`{"n":1}`)}
+	resp, replayed, err := b.store.RecordAccept(ctx, rec)
+	if err != nil || replayed || string(resp) != `{"n":1}` {
+		t.Fatalf("first: %s %v %v", resp, replayed, err)
+	}
+	rec.Response = []byte(`{"n":2}`)
+	resp, replayed, err = b.store.RecordAccept(ctx, rec)
+	if err != nil || !replayed || string(resp) != `{"n": 1}` && string(resp) != `{"n":1}` {
+		t.Fatalf("repeat: %s %v %v", resp, replayed, err)
+	}
+	rec.RequestHash = []byte("other")
+	if _, _, err := b.store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestMismatch) {
+		t.Fatalf("other body: got %v, want ErrRequestMismatch", err)
+	}
+	// The same key under another tenant is another request.
+	_, otherEvents := acceptedEvents(t)
+	rec2 := commands.AcceptRecord{Tenant: "globex", RequestKey: "k1", RequestHash: []byte("h1"), Events: otherEvents, Response: []byte(`{}`)}
+	if _, replayed, err := b.store.RecordAccept(ctx, rec2); err != nil || replayed {
+		t.Fatalf("other tenant: %v %v", replayed, err)
+	}
+}
+
+func TestRecordAcceptInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// Hold the first request inside its transaction: lock the events table so its insert waits.
+	blocker, err := b.schema.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(ctx, `LOCK TABLE events IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	_, events := acceptedEvents(t)
+	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "slow", RequestHash: []byte("h"), Events: events, Response: []byte(`{}`)}
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := b.store.RecordAccept(ctx, rec)
+		first <- err
+	}()
+	waitForLockWait(t, b, "events")
+	if _, _, err := b.store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestInFlight) {
+		t.Fatalf("concurrent repeat: got %v, want ErrRequestInFlight", err)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	if _, replayed, err := b.store.RecordAccept(ctx, rec); err != nil || !replayed {
+		t.Fatalf("repeat after completion: %v %v", replayed, err)
+	}
+}
+
+// waitForLockWait polls pg_locks until some backend waits for a lock on the schema's table.
+func waitForLockWait(t *testing.T, b *storeBundle, table string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting bool
+		err := b.schema.Pool.QueryRow(context.Background(), `SELECT EXISTS (
+			SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE NOT l.granted AND c.relname = $1 AND n.nspname = $2)`, table, b.schema.Name).Scan(&waiting)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no backend waited for a lock on %s", table)
+}

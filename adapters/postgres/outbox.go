@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// OutboxTopic is the watermill-sql topic of the outbox: its rows live in watermill_ledger_outbox
+// (created by migration 0002).
+const OutboxTopic = "ledger_outbox"
+
+// OutboxNotifyChannel is the LISTEN/NOTIFY channel an appending transaction signals at commit,
+// so the relay wakes at once instead of waiting for its poll interval.
+const OutboxNotifyChannel = "ledger_outbox"
+
+// OutboxSchema and OutboxOffsets are the watermill-sql adapters shared by the publisher (here)
+// and the relay's subscriber.
+var (
+	OutboxSchema  = wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 100}
+	OutboxOffsets = wsql.DefaultPostgreSQLOffsetsAdapter{}
+)
+
+// publishOutbox writes messages into the outbox inside tx, through a watermill-sql publisher bound
+// to the transaction and wrapped by watermill's forwarder, which records each message's
+// destination topic in an envelope.
+func publishOutbox(ctx context.Context, tx pgx.Tx, msgs []commands.OutboxMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	pub, err := wsql.NewPublisher(txExecutor{ctx: ctx, tx: tx}, wsql.PublisherConfig{SchemaAdapter: OutboxSchema}, watermill.NopLogger{})
+	if err != nil {
+		return fmt.Errorf("outbox publisher: %w", err)
+	}
+	fwd := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: OutboxTopic})
+	// The forwarder publisher takes one destination per call: group by topic, keeping order.
+	for start := 0; start < len(msgs); {
+		end := start + 1
+		for end < len(msgs) && msgs[end].Topic == msgs[start].Topic {
+			end++
+		}
+		batch := make([]*message.Message, 0, end-start)
+		for _, m := range msgs[start:end] {
+			wm := message.NewMessage(m.ID, m.Payload)
+			for k, v := range m.Metadata {
+				wm.Metadata.Set(k, v)
+			}
+			batch = append(batch, wm)
+		}
+		if err := fwd.Publish(msgs[start].Topic, batch...); err != nil {
+			return fmt.Errorf("outbox publish to %s: %w", msgs[start].Topic, err)
+		}
+		start = end
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxNotifyChannel); err != nil {
+		return fmt.Errorf("outbox notify: %w", err)
+	}
+	return nil
+}
+
+// txExecutor lets a watermill-sql publisher write through a pgx transaction. The publisher only
+// ever calls ExecContext (one INSERT); the query methods exist to satisfy the interface.
+type txExecutor struct {
+	ctx context.Context
+	tx  pgx.Tx
+}
+
+var _ wsql.ContextExecutor = txExecutor{}
+
+var errQueryUnsupported = errors.New("outbox executor: queries are not supported, only Exec")
+
+func (e txExecutor) Exec(query string, args ...any) (sql.Result, error) {
+	return e.ExecContext(e.ctx, query, args...)
+}
+
+func (e txExecutor) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if ctx == context.Background() {
+		ctx = e.ctx
+	}
+	tag, err := e.tx.Exec(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rowsAffected(tag.RowsAffected()), nil
+}
+
+func (e txExecutor) Query(string, ...any) (*sql.Rows, error) { return nil, errQueryUnsupported }
+
+func (e txExecutor) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, errQueryUnsupported
+}
+
+// QueryRow and QueryRowContext cannot report an error through *sql.Row; they are never called.
+func (e txExecutor) QueryRow(string, ...any) *sql.Row { return nil }
+
+func (e txExecutor) QueryRowContext(context.Context, string, ...any) *sql.Row { return nil }
+
+// Commit and Rollback are absent on purpose: the publisher must not own the transaction. Their
+// presence is also how watermill-sql recognises a transaction; it refuses AutoInitializeSchema
+// only then, and we never set it.
+
+type rowsAffected int64
+
+func (r rowsAffected) LastInsertId() (int64, error) { return 0, errors.New("not supported") }
+func (r rowsAffected) RowsAffected() (int64, error) { return int64(r), nil }

@@ -1,0 +1,329 @@
+// Package webhook is the provider adapter that delivers a notification as an HTTP POST of its
+// JSON payload to the URL the caller gave as recipient.
+//
+// Its job beyond sending is to tell the truth about what happened: every attempt ends in a typed
+// domain.Outcome, and the line between "the receiver cannot have acted" (transient, safe to
+// retry) and "it may have acted" (unknown) is drawn at the moment the request was fully
+// written, observed through net/http/httptrace.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+var _ commands.Sender = (*Sender)(nil)
+
+// ProviderName names this adapter in the delivery history and in metrics.
+const ProviderName = "webhook"
+
+const (
+	// maxResponseRead bounds what we read of a response body. Reading (rather than closing
+	// early) lets the connection go back to the pool; the bound keeps a hostile or chatty
+	// receiver from holding a worker or its memory.
+	maxResponseRead = 64 << 10
+	// maxSnippet is how much of a failed response's body goes into the history: enough to show
+	// the receiver's error message, small enough to store for every attempt.
+	maxSnippet = 256
+	// maxHeaderEcho bounds the receiver-controlled header values we record (request id,
+	// redirect location).
+	maxHeaderEcho = 256
+	// maxResponseHeaderBytes is far below net/http's 1 MiB default: a webhook response has no
+	// business sending large headers.
+	maxResponseHeaderBytes = 64 << 10
+
+	// Pooling: webhooks concentrate on few hosts (a tenant's endpoint gets a burst of
+	// deliveries), so keep many idle connections per host to avoid a TCP and TLS handshake per
+	// attempt, with a global bound on file descriptors.
+	maxIdleConnsPerHost = 64
+	maxIdleConns        = 512
+	idleConnTimeout     = 90 * time.Second
+	tcpKeepAlive        = 30 * time.Second
+)
+
+// Request headers, in the Standard Webhooks style (https://www.standardwebhooks.com/).
+const (
+	// headerWebhookID carries the delivery id, the same on every attempt, so that a receiver
+	// can drop the duplicates our at-least-once delivery may produce.
+	headerWebhookID = "webhook-id"
+	// headerWebhookTimestamp is the send time in Unix seconds; receivers use it to reject
+	// stale replays.
+	headerWebhookTimestamp = "webhook-timestamp"
+	// headerAttempt tells the receiver which attempt this is, for its own diagnostics.
+	headerAttempt = "X-Ledger-Attempt"
+	// headerRequestID is where receivers commonly put their id for the request; we record it
+	// as the provider operation id.
+	headerRequestID = "X-Request-Id"
+)
+
+// Sender delivers webhooks. It is safe for concurrent use; create one per process and share it,
+// because it owns the connection pool.
+type Sender struct {
+	client    *http.Client
+	transport *http.Transport
+	timeout   time.Duration
+	userAgent string
+	// now tells the wall-clock time for webhook-timestamp and HTTP-date Retry-After values;
+	// tests replace it. Latency is measured with the monotonic clock regardless.
+	now func() time.Time
+}
+
+// New builds a Sender from cfg, with the defaults for its zero fields.
+func New(cfg Config) (*Sender, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("webhook config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	g := newGuard(cfg.AllowCIDRs)
+	dialer := &net.Dialer{KeepAlive: tcpKeepAlive, Control: g.control}
+	transport := &http.Transport{
+		// No proxy, even if HTTP_PROXY is set: the guard checks the address we dial, and
+		// through a proxy that would be the proxy's, not the receiver's.
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           maxIdleConns,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		IdleConnTimeout:        idleConnTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+	}
+	return &Sender{
+		client: &http.Client{
+			Transport: transport,
+			// A redirect is not followed: the destination was fixed at acceptance, following
+			// one would re-send the payload somewhere nobody chose, and a redirect to an
+			// internal name is a classic SSRF trick. The 3xx is returned and is permanent.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		transport: transport,
+		timeout:   cfg.Timeout,
+		userAgent: cfg.UserAgent,
+		now:       time.Now,
+	}, nil
+}
+
+// Provider names the provider in the history and in metrics.
+func (s *Sender) Provider() string { return ProviderName }
+
+// Deduplicates is false: the webhook-id header lets a receiver drop duplicates, but we cannot
+// know that it does, so an attempt with an unknown outcome must not be repeated blindly.
+func (s *Sender) Deduplicates() bool { return false }
+
+// CloseIdleConnections closes the pooled connections that are not in use; call it on shutdown
+// so that receivers are not left holding half-dead connections.
+func (s *Sender) CloseIdleConnections() { s.transport.CloseIdleConnections() }
+
+// Send POSTs msg.Payload to msg.Recipient and classifies what happened. It never returns an
+// error: every failure is an outcome, and no failure reaches the network if the destination or
+// payload is unusable. The attempt is bounded by the configured timeout and by ctx.
+func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outcome {
+	start := time.Now()
+	target, err := destination(msg.Recipient)
+	if err != nil {
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), err.Error())
+	}
+	if !json.Valid(msg.Payload) {
+		// The payload is a snapshot taken at acceptance: it cannot get better on retry.
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "payload is not valid JSON")
+	}
+	if !validHeaderValue(msg.DeliveryID) {
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start),
+			fmt.Sprintf("delivery id %q cannot be sent as a header", msg.DeliveryID))
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// written turns true once the whole request (headers and body) was handed to the
+	// connection: from then on the receiver may have acted, and a failure is unknown, not
+	// transient. net/http waits for its write loop before returning an error, so the flag is
+	// settled when Do returns.
+	var written atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				written.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(msg.Payload))
+	if err != nil {
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("build request: %v", err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", s.userAgent)
+	req.Header.Set(headerWebhookID, msg.DeliveryID)
+	req.Header.Set(headerWebhookTimestamp, strconv.FormatInt(s.now().Unix(), 10))
+	req.Header.Set(headerAttempt, strconv.Itoa(msg.Attempt))
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		kind := classifyTransportError(err, written.Load())
+		return s.outcome(kind, 0, time.Since(start), describeTransportError(target.Host, err, kind))
+	}
+	snippet := drain(resp.Body)
+	_ = resp.Body.Close() // nothing to learn from a close error once the status is known
+	return s.responseOutcome(target.Host, resp, snippet, time.Since(start))
+}
+
+// destination parses and checks the recipient URL, so that an unusable one fails without any
+// network call.
+func destination(recipient string) (*url.URL, error) {
+	u, err := url.Parse(recipient)
+	if err != nil {
+		return nil, fmt.Errorf("invalid webhook URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("invalid webhook URL: scheme must be http or https, got %q", u.Scheme)
+	}
+	if u.Opaque != "" || u.Hostname() == "" {
+		return nil, errors.New("invalid webhook URL: no host")
+	}
+	return u, nil
+}
+
+// responseOutcome classifies a response the receiver sent.
+func (s *Sender) responseOutcome(host string, resp *http.Response, snippet string, latency time.Duration) domain.Outcome {
+	code := resp.StatusCode
+	kind := classifyStatus(code)
+	if kind == domain.OutcomeDelivered {
+		o := s.outcome(kind, code, latency, "")
+		o.ProviderOperationID = headerEcho(resp.Header.Get(headerRequestID))
+		return o
+	}
+	msg := fmt.Sprintf("POST to %s: HTTP %d %s", host, code, http.StatusText(code))
+	if code >= 300 && code < 400 {
+		msg += " (redirects are not followed"
+		if loc := headerEcho(resp.Header.Get("Location")); loc != "" {
+			msg += "; Location: " + loc
+		}
+		msg += ")"
+	}
+	if snippet != "" {
+		msg += ": " + snippet
+	}
+	o := s.outcome(kind, code, latency, msg)
+	if kind == domain.OutcomeTransient {
+		o.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), s.now())
+	}
+	return o
+}
+
+// classifyStatus maps a status code to an outcome: 408, 425, 429 and 5xx say "not now", every
+// other non-2xx (redirects included) says the request itself is wrong for this destination.
+func classifyStatus(code int) domain.OutcomeKind {
+	switch {
+	case code >= 200 && code < 300:
+		return domain.OutcomeDelivered
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests,
+		code >= 500 && code < 600:
+		return domain.OutcomeTransient
+	default:
+		return domain.OutcomePermanent
+	}
+}
+
+// classifyTransportError maps a failure without a response. written says whether the whole
+// request reached the connection.
+func classifyTransportError(err error, written bool) domain.OutcomeKind {
+	var refused *addressNotAllowedError
+	if errors.As(err, &refused) {
+		return domain.OutcomePermanent
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		// A name that does not exist is a wrong destination; any other resolver trouble
+		// (timeout, SERVFAIL, no resolver reachable) may clear up.
+		if dnsErr.IsNotFound && !dnsErr.IsTemporary && !dnsErr.IsTimeout {
+			return domain.OutcomePermanent
+		}
+		return domain.OutcomeTransient
+	}
+	if written {
+		// Timeout waiting for the response, reset or EOF after the write: the receiver may
+		// have processed the request, and only reconciliation can tell.
+		return domain.OutcomeUnknown
+	}
+	// Dial refused or timed out, TLS handshake failure, reset before the request was fully
+	// written: the receiver cannot have acted on a request it did not fully receive.
+	return domain.OutcomeTransient
+}
+
+// describeTransportError writes the history's error text. It names the host, not the URL: a
+// webhook URL often carries a secret token in its path or query, and the history is kept
+// forever.
+func describeTransportError(host string, err error, kind domain.OutcomeKind) string {
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err // its text repeats the whole URL
+	}
+	if kind == domain.OutcomeUnknown {
+		return fmt.Sprintf("POST to %s: request written, then %v; the receiver may have acted", host, err)
+	}
+	return fmt.Sprintf("POST to %s: %v", host, err)
+}
+
+// outcome fills the fields every outcome of this adapter has.
+func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
+	o := domain.Outcome{
+		Kind:       kind,
+		Provider:   ProviderName,
+		StatusCode: code,
+		Latency:    latency,
+		Err:        errText,
+	}
+	switch kind {
+	case domain.OutcomeTransient:
+		o.Class = domain.ClassTransient
+	case domain.OutcomePermanent:
+		o.Class = domain.ClassPermanent
+	case domain.OutcomeUnknown:
+		o.Class = domain.ClassUnknown
+	}
+	return o
+}
+
+// drain reads at most maxResponseRead bytes of body and returns the printable start of it.
+// Read errors are ignored: the status code already decided the outcome.
+func drain(body io.Reader) string {
+	buf := make([]byte, maxSnippet)
+	n, _ := io.ReadFull(body, buf)
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxResponseRead-int64(n)))
+	return printable(string(buf[:n]))
+}
+
+// headerEcho makes a receiver-controlled header value safe to record: bounded and printable.
+func headerEcho(v string) string {
+	if len(v) > maxHeaderEcho {
+		v = v[:maxHeaderEcho]
+	}
+	return printable(v)
+}
+
+// printable turns receiver-controlled bytes into a single line of valid UTF-8 for the history
+// and for logs, where control characters could forge lines.
+func printable(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,143 @@
+package commands
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// Recipient is one (channel, address) pair of a notification.
+type Recipient struct {
+	Channel   string `json:"channel"`
+	Recipient string `json:"recipient"`
+}
+
+// AcceptNotification asks to accept a notification for one or more recipients, atomically.
+type AcceptNotification struct {
+	Tenant string
+	// RequestKey is the caller's Idempotency-Key; RequestHash identifies the request body.
+	RequestKey  string
+	RequestHash []byte
+	Payload     json.RawMessage
+	Priority    domain.Priority
+	// MaxAttempts of zero takes the server's policy.
+	MaxAttempts int
+	Recipients  []Recipient
+}
+
+// AcceptedDelivery is one delivery of an accepted notification.
+type AcceptedDelivery struct {
+	ID        string `json:"id"`
+	Channel   string `json:"channel"`
+	Recipient string `json:"recipient"`
+}
+
+// AcceptResult is what the caller is told, first and on every repeat of the same request.
+type AcceptResult struct {
+	NotificationID string             `json:"notification_id"`
+	Deliveries     []AcceptedDelivery `json:"deliveries"`
+	AcceptedAt     time.Time          `json:"accepted_at"`
+	// Replayed is true when the answer is the stored one of an earlier identical request.
+	Replayed bool `json:"-"`
+}
+
+// AcceptHandler accepts notifications: the events, their work messages and the stored answer
+// commit in one transaction, so a 2xx means durable.
+type AcceptHandler struct {
+	store       AcceptStore
+	topics      Topics
+	clock       Clock
+	maxAttempts int
+}
+
+// NewAcceptHandler builds the accept command. maxAttempts is the server's default and maximum.
+func NewAcceptHandler(store AcceptStore, topics Topics, clock Clock, maxAttempts int) *AcceptHandler {
+	return &AcceptHandler{store: store, topics: topics, clock: clock, maxAttempts: maxAttempts}
+}
+
+// idNamespace derives notification and delivery ids from the caller's key, so the same intent
+// always names the same deliveries.
+var idNamespace = uuid.MustParse("a4a3c6f2-8d0e-4f0e-b3f4-8b2c1d9e7a61")
+
+// NotificationID is the id of the notification a tenant accepted under a request key.
+func NotificationID(tenant, requestKey string) string {
+	return uuid.NewSHA1(idNamespace, []byte(tenant+"\x00"+requestKey)).String()
+}
+
+// DeliveryID is the id of one recipient's delivery within a notification.
+func DeliveryID(notificationID string, r Recipient) string {
+	return uuid.NewSHA1(idNamespace, []byte(notificationID+"\x00"+r.Channel+"\x00"+r.Recipient)).String()
+}
+
+// Handle records the notification, or returns the stored answer of an identical earlier request.
+func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (AcceptResult, error) {
+	if len(cmd.Recipients) == 0 {
+		return AcceptResult{}, fmt.Errorf("%w: no recipients", domain.ErrInvalidDelivery)
+	}
+	maxAttempts := cmd.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = h.maxAttempts
+	}
+	if maxAttempts > h.maxAttempts {
+		return AcceptResult{}, fmt.Errorf("%w: max attempts %d is above the server's %d",
+			domain.ErrInvalidDelivery, maxAttempts, h.maxAttempts)
+	}
+	priority := cmd.Priority
+	if priority == "" {
+		priority = domain.PriorityNormal
+	}
+	now := h.clock.Now()
+	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now}
+	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash}
+	for _, r := range cmd.Recipients {
+		d, events, err := domain.Accept(domain.AcceptSpec{
+			ID:             DeliveryID(result.NotificationID, r),
+			Tenant:         cmd.Tenant,
+			NotificationID: result.NotificationID,
+			Channel:        r.Channel,
+			Recipient:      r.Recipient,
+			Payload:        cmd.Payload,
+			Priority:       priority,
+			MaxAttempts:    maxAttempts,
+			RequestKey:     cmd.RequestKey,
+		}, now)
+		if err != nil {
+			return AcceptResult{}, err
+		}
+		msg, err := workMessageFor(d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
+			domain.KeyAccepted(d.ID()), true)
+		if err != nil {
+			return AcceptResult{}, err
+		}
+		rec.Events = append(rec.Events, events...)
+		rec.Outbox = append(rec.Outbox, msg)
+		result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient})
+	}
+	response, err := json.Marshal(result)
+	if err != nil {
+		return AcceptResult{}, fmt.Errorf("encode accept result: %w", err)
+	}
+	rec.Response = response
+	stored, replayed, err := h.store.RecordAccept(ctx, rec)
+	if err != nil {
+		return AcceptResult{}, err
+	}
+	if replayed {
+		var earlier AcceptResult
+		if err := json.Unmarshal(stored, &earlier); err != nil {
+			return AcceptResult{}, fmt.Errorf("decode stored accept result: %w", err)
+		}
+		earlier.Replayed = true
+		return earlier, nil
+	}
+	return result, nil
+}
+
+// IsInvalid reports whether err is a validation failure of the request.
+func IsInvalid(err error) bool { return errors.Is(err, domain.ErrInvalidDelivery) }

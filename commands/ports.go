@@ -1,0 +1,101 @@
+// Package commands holds the use cases of the ledger: accept, mark queued, start an attempt,
+// record an outcome. Each decides with the domain aggregate and appends the resulting events
+// through the ports declared here; none of them talks to a network peer.
+package commands
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// Errors of the EventStore contract. Adapters translate driver errors into them.
+var (
+	// ErrNotFound: no stream with that id (or not visible to the tenant).
+	ErrNotFound = errors.New("delivery not found")
+	// ErrVersionConflict: another writer appended to the stream first.
+	ErrVersionConflict = errors.New("version conflict")
+	// ErrDuplicate: every event of the append was recorded before under the same idempotency
+	// keys; nothing was written. The earlier events are the result.
+	ErrDuplicate = errors.New("events already recorded")
+	// ErrRequestInFlight: a request with the same Idempotency-Key is still being processed.
+	ErrRequestInFlight = errors.New("a request with this idempotency key is in flight")
+	// ErrRequestMismatch: the Idempotency-Key was used before with a different request body.
+	ErrRequestMismatch = errors.New("idempotency key reused with a different request")
+)
+
+// OutboxMessage is a message that must reach the broker if and only if the transaction that
+// appends its events commits.
+type OutboxMessage struct {
+	// ID is the message's unique id (consumers may dedupe on it).
+	ID string
+	// Topic is the broker destination (a work queue or a delay tier).
+	Topic    string
+	Payload  []byte
+	Metadata map[string]string
+}
+
+// EventStore appends to and reads delivery streams.
+type EventStore interface {
+	// Load returns a delivery's events in version order, or ErrNotFound.
+	Load(ctx context.Context, deliveryID string) ([]domain.Event, error)
+	// Append writes the events (each Version is the next version of its stream) and the outbox
+	// messages in one transaction: all or nothing. It returns ErrDuplicate when every event's
+	// key was already recorded, ErrVersionConflict when a version is taken by another event.
+	Append(ctx context.Context, events []domain.Event, outbox []OutboxMessage) error
+}
+
+// AcceptRecord is one accept request to be recorded exactly once per (tenant, request key).
+type AcceptRecord struct {
+	Tenant      string
+	RequestKey  string
+	RequestHash []byte
+	Events      []domain.Event
+	Outbox      []OutboxMessage
+	// Response is the answer to store and to give again to a repeat of the same request.
+	Response []byte
+}
+
+// AcceptStore records accept requests under the caller's Idempotency-Key.
+type AcceptStore interface {
+	// RecordAccept commits the record's events, outbox messages and response in one
+	// transaction, unless the key was used before: then it returns the stored response and
+	// replayed=true (same hash), or ErrRequestMismatch (other hash). A concurrent request with
+	// the same key gets ErrRequestInFlight.
+	RecordAccept(ctx context.Context, rec AcceptRecord) (response []byte, replayed bool, err error)
+}
+
+// Topics names the broker destinations of work messages.
+type Topics interface {
+	// Work is the queue a channel's attempts are consumed from.
+	Work(channel string, priority domain.Priority) string
+	// Retry is the delay tier that holds a message for at least delay (or the largest tier).
+	Retry(channel string, delay time.Duration) string
+	// Dead is the queue that receives a channel's dead letters.
+	Dead(channel string) string
+}
+
+// Clock tells the time; tests inject their own.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns the current UTC time.
+func (SystemClock) Now() time.Time { return time.Now().UTC() }
+
+// Sender is a provider adapter: it performs one attempt and reports a typed outcome. It never
+// returns an error: every failure is an outcome (transient, permanent or unknown).
+type Sender interface {
+	// Provider names the provider in the history and in metrics ("webhook", "smtp", ...).
+	Provider() string
+	// Deduplicates reports whether the provider honours the idempotency key we pass, which makes
+	// a repeated call for an attempt with an unknown outcome safe.
+	Deduplicates() bool
+	// Send performs the attempt. ctx carries the attempt's deadline.
+	Send(ctx context.Context, msg WorkMessage) domain.Outcome
+}

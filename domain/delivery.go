@@ -1,0 +1,310 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by the aggregate's methods.
+var (
+	// ErrStaleAttempt: the message is for an attempt the delivery has already moved past.
+	ErrStaleAttempt = errors.New("attempt already closed")
+	// ErrInvalidDelivery: the accept request breaks a rule of the aggregate.
+	ErrInvalidDelivery = errors.New("invalid delivery")
+)
+
+// AcceptSpec is what the accept command decided about a new delivery.
+type AcceptSpec struct {
+	ID             string
+	Tenant         string
+	NotificationID string
+	Channel        string
+	Recipient      string
+	Payload        json.RawMessage
+	Priority       Priority
+	MaxAttempts    int
+	RequestKey     string
+}
+
+// Delivery is the aggregate: one notification to one recipient over one channel. Its fields
+// change only by folding events (apply), so the stream is the only truth.
+type Delivery struct {
+	id             string
+	tenant         string
+	notificationID string
+	channel        string
+	recipient      string
+	payload        json.RawMessage
+	priority       Priority
+	maxAttempts    int
+	requestKey     string
+
+	state   State
+	version int
+	// attempt is the number of the latest attempt queued or started (0 before the first).
+	attempt int
+	// cycleStart is the first attempt number of the current cycle (1, or the replay's).
+	cycleStart int
+	cycle      int
+	lastResult *AttemptResult
+	nextDueAt  *time.Time
+
+	acceptedAt time.Time
+	updatedAt  time.Time
+}
+
+// Accept validates spec and opens a new delivery stream.
+func Accept(spec AcceptSpec, now time.Time) (*Delivery, []Event, error) {
+	var problems []error
+	if spec.ID == "" {
+		problems = append(problems, errors.New("id is empty"))
+	}
+	if spec.Tenant == "" {
+		problems = append(problems, errors.New("tenant is empty"))
+	}
+	if spec.Channel == "" {
+		problems = append(problems, errors.New("channel is empty"))
+	}
+	if spec.Recipient == "" {
+		problems = append(problems, errors.New("recipient is empty"))
+	}
+	if !spec.Priority.Valid() {
+		problems = append(problems, fmt.Errorf("priority %q is not high, normal or low", spec.Priority))
+	}
+	if spec.MaxAttempts < 1 {
+		problems = append(problems, fmt.Errorf("max attempts %d is below 1", spec.MaxAttempts))
+	}
+	if !json.Valid(spec.Payload) {
+		problems = append(problems, errors.New("payload is not JSON"))
+	}
+	if len(problems) > 0 {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidDelivery, errors.Join(problems...))
+	}
+	d := &Delivery{id: spec.ID, tenant: spec.Tenant}
+	events, err := d.record(now, EventAccepted, KeyAccepted(spec.ID), Accepted{
+		NotificationID: spec.NotificationID,
+		Channel:        spec.Channel,
+		Recipient:      spec.Recipient,
+		Payload:        spec.Payload,
+		Priority:       spec.Priority,
+		MaxAttempts:    spec.MaxAttempts,
+		RequestKey:     spec.RequestKey,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, events, nil
+}
+
+// Rehydrate folds a stream, oldest first, into the delivery it describes. It fails on a stream
+// that is empty, out of order, or that breaks the transition table: history is never repaired
+// silently.
+func Rehydrate(events []Event) (*Delivery, error) {
+	if len(events) == 0 {
+		return nil, errors.New("rehydrate: empty stream")
+	}
+	d := &Delivery{id: events[0].DeliveryID, tenant: events[0].Tenant}
+	for _, e := range events {
+		if e.Version != d.version+1 {
+			return nil, fmt.Errorf("rehydrate %s: version %d follows %d", d.id, e.Version, d.version)
+		}
+		next, err := Next(d.state, e.Type)
+		if err != nil {
+			return nil, fmt.Errorf("rehydrate %s at version %d: %w", d.id, e.Version, err)
+		}
+		data, err := DecodeData(e)
+		if err != nil {
+			return nil, fmt.Errorf("rehydrate: %w", err)
+		}
+		d.apply(e, next, data)
+	}
+	return d, nil
+}
+
+// record checks the transition, builds the event and folds it in.
+func (d *Delivery) record(now time.Time, t EventType, key string, data any) ([]Event, error) {
+	next, err := Next(d.state, t)
+	if err != nil {
+		return nil, err
+	}
+	e := Event{
+		DeliveryID: d.id,
+		Tenant:     d.tenant,
+		Version:    d.version + 1,
+		Type:       t,
+		Key:        key,
+		Data:       encode(data),
+		RecordedAt: now,
+	}
+	d.apply(e, next, ptrTo(data))
+	return []Event{e}, nil
+}
+
+func ptrTo(data any) any {
+	switch v := data.(type) {
+	case Accepted:
+		return &v
+	case Queued:
+		return &v
+	case AttemptStarted:
+		return &v
+	case AttemptResult:
+		return &v
+	case Resolution:
+		return &v
+	case Replayed:
+		return &v
+	}
+	return data
+}
+
+// apply folds one event. It cannot fail: the event was checked against the transition table.
+func (d *Delivery) apply(e Event, next State, data any) {
+	d.state = next
+	d.version = e.Version
+	d.updatedAt = e.RecordedAt
+	switch v := data.(type) {
+	case *Accepted:
+		d.notificationID = v.NotificationID
+		d.channel = v.Channel
+		d.recipient = v.Recipient
+		d.payload = v.Payload
+		d.priority = v.Priority
+		d.maxAttempts = v.MaxAttempts
+		d.requestKey = v.RequestKey
+		d.cycleStart = 1
+		d.acceptedAt = e.RecordedAt
+	case *Queued:
+		d.attempt = v.Attempt
+		d.nextDueAt = nil
+	case *AttemptStarted:
+		d.attempt = v.Attempt
+	case *AttemptResult:
+		d.lastResult = v
+		d.nextDueAt = v.NextAttemptAt
+	case *Resolution:
+		d.nextDueAt = v.NextAttemptAt
+	case *Replayed:
+		d.attempt = v.Attempt
+		d.cycleStart = v.Attempt
+		d.cycle = v.Cycle
+		d.lastResult = nil
+	}
+}
+
+// Queue records that the work message for the next attempt is on the broker. It is allowed from
+// accepted (the first attempt) and retrying (the next one).
+func (d *Delivery) Queue(now time.Time) ([]Event, error) {
+	attempt := d.attempt + 1
+	return d.record(now, EventQueued, KeyQueued(d.id, attempt), Queued{Attempt: attempt})
+}
+
+// StartAttempt records that a worker is calling the provider for the queued attempt.
+func (d *Delivery) StartAttempt(provider string, now time.Time) ([]Event, error) {
+	return d.record(now, EventAttemptStarted, KeyAttemptStarted(d.id, d.attempt),
+		AttemptStarted{Attempt: d.attempt, Provider: provider})
+}
+
+// RecordOutcome is the one mapping from a typed outcome to the next state. jitter in [0,1) feeds
+// the retry schedule.
+func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now time.Time, jitter float64) ([]Event, error) {
+	if attempt != d.attempt || d.state != StateProcessing {
+		return nil, fmt.Errorf("%w: delivery %s is %s at attempt %d, outcome is for attempt %d",
+			ErrStaleAttempt, d.id, d.state, d.attempt, attempt)
+	}
+	res := AttemptResult{
+		Attempt:             attempt,
+		Provider:            o.Provider,
+		Class:               o.Class,
+		Error:               o.Err,
+		StatusCode:          o.StatusCode,
+		LatencyMS:           float64(o.Latency.Microseconds()) / 1000,
+		ProviderOperationID: o.ProviderOperationID,
+	}
+	key := KeyAttemptOutcome(d.id, attempt)
+	switch o.Kind {
+	case OutcomeDelivered:
+		res.Class = ""
+		return d.record(now, EventDelivered, key, res)
+	case OutcomeUnknown:
+		if res.Class == "" {
+			res.Class = ClassUnknown
+		}
+		return d.record(now, EventOutcomeUnknown, key, res)
+	case OutcomeTransient:
+		if res.Class == "" {
+			res.Class = ClassTransient
+		}
+		if d.AttemptsInCycle() >= d.maxAttempts {
+			res.Exhausted = true
+			return d.record(now, EventDeadLettered, key, res)
+		}
+		next := policy.NextAttemptAt(d.AttemptsInCycle(), now, jitter, o.RetryAfter).UTC()
+		res.NextAttemptAt = &next
+		return d.record(now, EventRetryScheduled, key, res)
+	case OutcomePermanent:
+		if res.Class == "" {
+			res.Class = ClassPermanent
+		}
+		return d.record(now, EventDeadLettered, key, res)
+	}
+	return nil, fmt.Errorf("record outcome of %s: unknown outcome kind %q", d.id, o.Kind)
+}
+
+// ID returns the delivery's id.
+func (d *Delivery) ID() string { return d.id }
+
+// Tenant returns the tenant that owns the delivery.
+func (d *Delivery) Tenant() string { return d.tenant }
+
+// NotificationID returns the notification the delivery belongs to.
+func (d *Delivery) NotificationID() string { return d.notificationID }
+
+// Channel returns the delivery's channel (webhook, email, ...).
+func (d *Delivery) Channel() string { return d.channel }
+
+// Recipient returns the channel-specific address.
+func (d *Delivery) Recipient() string { return d.recipient }
+
+// Payload returns the JSON payload fixed at acceptance.
+func (d *Delivery) Payload() json.RawMessage { return d.payload }
+
+// Priority returns the delivery's priority class.
+func (d *Delivery) Priority() Priority { return d.priority }
+
+// MaxAttempts returns the number of attempts allowed in one cycle.
+func (d *Delivery) MaxAttempts() int { return d.maxAttempts }
+
+// RequestKey returns the caller's Idempotency-Key of the accept request.
+func (d *Delivery) RequestKey() string { return d.requestKey }
+
+// State returns the current state.
+func (d *Delivery) State() State { return d.state }
+
+// Version returns the version of the latest event.
+func (d *Delivery) Version() int { return d.version }
+
+// Attempt returns the number of the latest attempt queued or started.
+func (d *Delivery) Attempt() int { return d.attempt }
+
+// AttemptsInCycle returns how many attempts the current cycle has queued or started.
+func (d *Delivery) AttemptsInCycle() int {
+	if d.attempt < d.cycleStart {
+		return 0
+	}
+	return d.attempt - d.cycleStart + 1
+}
+
+// LastResult returns the result of the latest closed attempt, or nil.
+func (d *Delivery) LastResult() *AttemptResult { return d.lastResult }
+
+// NextAttemptAt returns when the next attempt is due, for a retrying delivery.
+func (d *Delivery) NextAttemptAt() *time.Time { return d.nextDueAt }
+
+// AcceptedAt returns when the delivery was accepted.
+func (d *Delivery) AcceptedAt() time.Time { return d.acceptedAt }
+
+// UpdatedAt returns when the latest event was recorded.
+func (d *Delivery) UpdatedAt() time.Time { return d.updatedAt }

@@ -1,0 +1,672 @@
+package domain_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+var testNow = time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)
+
+func validSpec() domain.AcceptSpec {
+	return domain.AcceptSpec{
+		ID:             "d-1",
+		Tenant:         "acme",
+		NotificationID: "n-1",
+		Channel:        "webhook",
+		Recipient:      "https://example.com/hook",
+		Payload:        json.RawMessage(`{"hello":"world"}`),
+		Priority:       domain.PriorityNormal,
+		MaxAttempts:    3,
+		RequestKey:     "req-1",
+	}
+}
+
+// stream is a delivery under test with the events it produced so far, oldest first.
+type stream struct {
+	d      *domain.Delivery
+	events []domain.Event
+}
+
+// add returns a function that takes a method's result, fails the test on an error, and keeps the
+// one event the method produced: s.add(t)(s.d.Queue(now)).
+func (s *stream) add(t *testing.T) func([]domain.Event, error) []domain.Event {
+	t.Helper()
+	return func(events []domain.Event, err error) []domain.Event {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		if len(events) != 1 {
+			t.Fatalf("got %d events, want 1", len(events))
+		}
+		s.events = append(s.events, events...)
+		return events
+	}
+}
+
+// accept opens a delivery from spec.
+func accept(t *testing.T, spec domain.AcceptSpec) *stream {
+	t.Helper()
+	d, events, err := domain.Accept(spec, testNow)
+	s := &stream{d: d}
+	s.add(t)(events, err)
+	return s
+}
+
+// processing drives a fresh delivery to processing of its first attempt.
+func processing(t *testing.T, spec domain.AcceptSpec) *stream {
+	t.Helper()
+	s := accept(t, spec)
+	s.add(t)(s.d.Queue(testNow))
+	s.add(t)(s.d.StartAttempt("webhook-http", testNow))
+	return s
+}
+
+// retryOnce drives a processing delivery through a transient failure to processing of its next
+// attempt.
+func (s *stream) retryOnce(t *testing.T, policy domain.RetryPolicy) {
+	t.Helper()
+	attempt := s.d.Attempt()
+	s.add(t)(s.d.RecordOutcome(attempt, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0))
+	if s.d.State() != domain.StateRetrying {
+		t.Fatalf("after a transient failure of attempt %d: state %q, want retrying", attempt, s.d.State())
+	}
+	s.add(t)(s.d.Queue(testNow))
+	s.add(t)(s.d.StartAttempt("webhook-http", testNow))
+}
+
+func TestAcceptRejectsEachBadField(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name    string
+		mutate  func(*domain.AcceptSpec)
+		mention string
+	}{
+		{"empty id", func(s *domain.AcceptSpec) { s.ID = "" }, "id is empty"},
+		{"empty tenant", func(s *domain.AcceptSpec) { s.Tenant = "" }, "tenant"},
+		{"empty channel", func(s *domain.AcceptSpec) { s.Channel = "" }, "channel"},
+		{"empty recipient", func(s *domain.AcceptSpec) { s.Recipient = "" }, "recipient"},
+		{"empty priority", func(s *domain.AcceptSpec) { s.Priority = "" }, "priority"},
+		{"unknown priority", func(s *domain.AcceptSpec) { s.Priority = "urgent" }, "priority"},
+		{"zero max attempts", func(s *domain.AcceptSpec) { s.MaxAttempts = 0 }, "max attempts"},
+		{"negative max attempts", func(s *domain.AcceptSpec) { s.MaxAttempts = -1 }, "max attempts"},
+		{"missing payload", func(s *domain.AcceptSpec) { s.Payload = nil }, "payload"},
+		{"payload not JSON", func(s *domain.AcceptSpec) { s.Payload = json.RawMessage(`{"a":`) }, "payload"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			spec := validSpec()
+			tt.mutate(&spec)
+			d, events, err := domain.Accept(spec, testNow)
+			if !errors.Is(err, domain.ErrInvalidDelivery) {
+				t.Fatalf("Accept: err = %v, want ErrInvalidDelivery", err)
+			}
+			if !strings.Contains(err.Error(), tt.mention) {
+				t.Errorf("Accept: error %q does not mention %q", err, tt.mention)
+			}
+			if d != nil || events != nil {
+				t.Errorf("Accept refused but returned delivery %v and events %v", d, events)
+			}
+		})
+	}
+}
+
+func TestAcceptJoinsAllProblems(t *testing.T) {
+	t.Parallel()
+
+	_, _, err := domain.Accept(domain.AcceptSpec{}, testNow)
+	if !errors.Is(err, domain.ErrInvalidDelivery) {
+		t.Fatalf("Accept(empty spec): err = %v, want ErrInvalidDelivery", err)
+	}
+	for _, mention := range []string{"id", "tenant", "channel", "recipient", "priority", "max attempts", "payload"} {
+		if !strings.Contains(err.Error(), mention) {
+			t.Errorf("Accept(empty spec): error %q does not mention %q", err, mention)
+		}
+	}
+	// The problems are joined, not flattened into one string: each is reachable by unwrapping.
+	var problems int
+	var walk func(error)
+	walk = func(err error) {
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		default:
+			if err != domain.ErrInvalidDelivery {
+				problems++
+			}
+		}
+	}
+	walk(err)
+	if problems != 7 {
+		t.Errorf("Accept(empty spec): %d joined problems, want 7 (%v)", problems, err)
+	}
+}
+
+func TestAcceptAcceptsEveryPriority(t *testing.T) {
+	t.Parallel()
+
+	for _, p := range []domain.Priority{domain.PriorityHigh, domain.PriorityNormal, domain.PriorityLow} {
+		spec := validSpec()
+		spec.Priority = p
+		if _, _, err := domain.Accept(spec, testNow); err != nil {
+			t.Errorf("Accept with priority %q: %v", p, err)
+		}
+	}
+}
+
+func TestHappyPath(t *testing.T) {
+	t.Parallel()
+
+	spec := validSpec()
+	s := accept(t, spec)
+	if s.d.State() != domain.StateAccepted || s.d.Version() != 1 || s.d.Attempt() != 0 {
+		t.Fatalf("after Accept: state %q version %d attempt %d, want accepted 1 0",
+			s.d.State(), s.d.Version(), s.d.Attempt())
+	}
+	s.add(t)(s.d.Queue(testNow.Add(time.Second)))
+	s.add(t)(s.d.StartAttempt("webhook-http", testNow.Add(2*time.Second)))
+	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{
+		Kind:                domain.OutcomeDelivered,
+		Class:               domain.ClassTransient, // must be cleared on success
+		Provider:            "webhook-http",
+		StatusCode:          200,
+		Latency:             1500 * time.Microsecond,
+		ProviderOperationID: "op-42",
+	}, domain.DefaultRetryPolicy(), testNow.Add(3*time.Second), 0.5))
+
+	want := []struct {
+		typ domain.EventType
+		key string
+	}{
+		{domain.EventAccepted, domain.KeyAccepted(spec.ID)},
+		{domain.EventQueued, domain.KeyQueued(spec.ID, 1)},
+		{domain.EventAttemptStarted, domain.KeyAttemptStarted(spec.ID, 1)},
+		{domain.EventDelivered, domain.KeyAttemptOutcome(spec.ID, 1)},
+	}
+	if len(s.events) != len(want) {
+		t.Fatalf("%d events, want %d", len(s.events), len(want))
+	}
+	keys := map[string]bool{}
+	for i, e := range s.events {
+		if e.Version != i+1 {
+			t.Errorf("event %d: version %d, want %d", i, e.Version, i+1)
+		}
+		if e.Type != want[i].typ {
+			t.Errorf("event %d: type %s, want %s", i, e.Type, want[i].typ)
+		}
+		if e.Key != want[i].key {
+			t.Errorf("event %d: key %q, want %q", i, e.Key, want[i].key)
+		}
+		if keys[e.Key] {
+			t.Errorf("event %d: key %q reused", i, e.Key)
+		}
+		keys[e.Key] = true
+		if e.DeliveryID != spec.ID || e.Tenant != spec.Tenant {
+			t.Errorf("event %d: stream (%q, %q), want (%q, %q)", i, e.DeliveryID, e.Tenant, spec.ID, spec.Tenant)
+		}
+		if !e.RecordedAt.Equal(testNow.Add(time.Duration(i) * time.Second)) {
+			t.Errorf("event %d: recorded at %v", i, e.RecordedAt)
+		}
+		if !json.Valid(e.Data) {
+			t.Errorf("event %d: data %q is not JSON", i, e.Data)
+		}
+	}
+
+	d := s.d
+	if d.State() != domain.StateDelivered || d.Version() != 4 || d.Attempt() != 1 {
+		t.Errorf("after delivery: state %q version %d attempt %d, want delivered 4 1", d.State(), d.Version(), d.Attempt())
+	}
+	res := d.LastResult()
+	if res == nil {
+		t.Fatal("LastResult() = nil after delivery")
+	}
+	if res.Attempt != 1 || res.ProviderOperationID != "op-42" || res.StatusCode != 200 || res.Class != "" || res.LatencyMS != 1.5 {
+		t.Errorf("LastResult() = %+v", *res)
+	}
+	if d.ID() != spec.ID || d.Tenant() != spec.Tenant || d.NotificationID() != spec.NotificationID ||
+		d.Channel() != spec.Channel || d.Recipient() != spec.Recipient || d.Priority() != spec.Priority ||
+		d.MaxAttempts() != spec.MaxAttempts || d.RequestKey() != spec.RequestKey ||
+		string(d.Payload()) != string(spec.Payload) {
+		t.Errorf("accessors do not return the accepted spec")
+	}
+	if !d.AcceptedAt().Equal(testNow) || !d.UpdatedAt().Equal(testNow.Add(3*time.Second)) {
+		t.Errorf("AcceptedAt %v UpdatedAt %v", d.AcceptedAt(), d.UpdatedAt())
+	}
+
+	r, err := domain.Rehydrate(s.events)
+	if err != nil {
+		t.Fatalf("Rehydrate: %v", err)
+	}
+	assertSameDelivery(t, r, d)
+}
+
+// assertSameDelivery compares what a rehydrated delivery exposes with the live one.
+func assertSameDelivery(t *testing.T, got, want *domain.Delivery) {
+	t.Helper()
+	if got.State() != want.State() || got.Version() != want.Version() || got.Attempt() != want.Attempt() ||
+		got.AttemptsInCycle() != want.AttemptsInCycle() {
+		t.Errorf("rehydrated: state %q version %d attempt %d in-cycle %d; live: %q %d %d %d",
+			got.State(), got.Version(), got.Attempt(), got.AttemptsInCycle(),
+			want.State(), want.Version(), want.Attempt(), want.AttemptsInCycle())
+	}
+	if got.ID() != want.ID() || got.Tenant() != want.Tenant() || got.NotificationID() != want.NotificationID() ||
+		got.Channel() != want.Channel() || got.Recipient() != want.Recipient() || got.Priority() != want.Priority() ||
+		got.MaxAttempts() != want.MaxAttempts() || got.RequestKey() != want.RequestKey() ||
+		string(got.Payload()) != string(want.Payload()) {
+		t.Errorf("rehydrated fields differ from the live delivery")
+	}
+	if !got.AcceptedAt().Equal(want.AcceptedAt()) || !got.UpdatedAt().Equal(want.UpdatedAt()) {
+		t.Errorf("rehydrated times (%v, %v), live (%v, %v)",
+			got.AcceptedAt(), got.UpdatedAt(), want.AcceptedAt(), want.UpdatedAt())
+	}
+	if (got.LastResult() == nil) != (want.LastResult() == nil) {
+		t.Errorf("rehydrated LastResult %v, live %v", got.LastResult(), want.LastResult())
+	}
+	g, w := got.NextAttemptAt(), want.NextAttemptAt()
+	if (g == nil) != (w == nil) || (g != nil && !g.Equal(*w)) {
+		t.Errorf("rehydrated NextAttemptAt %v, live %v", g, w)
+	}
+}
+
+func TestTransientWithAttemptsLeftRetries(t *testing.T) {
+	t.Parallel()
+
+	policy := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
+	s := processing(t, validSpec())
+	events := s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient, StatusCode: 503},
+		policy, testNow, 0.5))
+
+	if events[0].Type != domain.EventRetryScheduled {
+		t.Fatalf("event type %s, want %s", events[0].Type, domain.EventRetryScheduled)
+	}
+	if s.d.State() != domain.StateRetrying {
+		t.Fatalf("state %q, want retrying", s.d.State())
+	}
+	next := s.d.NextAttemptAt()
+	if next == nil {
+		t.Fatal("NextAttemptAt() = nil while retrying")
+	}
+	if next.Before(testNow) {
+		t.Errorf("NextAttemptAt %v is before now %v", next, testNow)
+	}
+	if want := testNow.Add(15 * time.Second); !next.Equal(want) {
+		t.Errorf("NextAttemptAt %v, want %v (half of the first ceiling)", next, want)
+	}
+	res := s.d.LastResult()
+	if res == nil || res.Class != domain.ClassTransient || res.Exhausted || res.NextAttemptAt == nil {
+		t.Errorf("LastResult() = %+v, want class transient, not exhausted, next attempt set", res)
+	}
+	var data domain.AttemptResult
+	if err := json.Unmarshal(events[0].Data, &data); err != nil {
+		t.Fatalf("decode event data: %v", err)
+	}
+	if data.NextAttemptAt == nil || !data.NextAttemptAt.Equal(*next) || data.Attempt != 1 || data.StatusCode != 503 {
+		t.Errorf("event data %+v does not carry the schedule", data)
+	}
+
+	r, err := domain.Rehydrate(s.events)
+	if err != nil {
+		t.Fatalf("Rehydrate: %v", err)
+	}
+	assertSameDelivery(t, r, s.d)
+}
+
+func TestRetryAfterLongerThanJitteredDelayWins(t *testing.T) {
+	t.Parallel()
+
+	policy := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
+	tests := []struct {
+		name       string
+		retryAfter time.Duration
+		want       time.Duration
+	}{
+		{"longer retry-after wins", 10 * time.Minute, 10 * time.Minute},
+		{"shorter retry-after loses", time.Second, 15 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := processing(t, validSpec())
+			s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient, StatusCode: 429, RetryAfter: tt.retryAfter},
+				policy, testNow, 0.5))
+			next := s.d.NextAttemptAt()
+			if next == nil || !next.Equal(testNow.Add(tt.want)) {
+				t.Errorf("NextAttemptAt %v, want now+%v", next, tt.want)
+			}
+		})
+	}
+}
+
+func TestTransientAtLastAttemptIsExhausted(t *testing.T) {
+	t.Parallel()
+
+	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	spec := validSpec()
+	spec.MaxAttempts = 3
+	s := processing(t, spec)
+	s.retryOnce(t, policy)
+	s.retryOnce(t, policy)
+	if s.d.Attempt() != 3 || s.d.AttemptsInCycle() != 3 {
+		t.Fatalf("attempt %d in-cycle %d, want 3 3", s.d.Attempt(), s.d.AttemptsInCycle())
+	}
+	events := s.add(t)(s.d.RecordOutcome(3, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0.5))
+	if events[0].Type != domain.EventDeadLettered || events[0].Key != domain.KeyAttemptOutcome(spec.ID, 3) {
+		t.Errorf("event (%s, %q), want (%s, %q)", events[0].Type, events[0].Key,
+			domain.EventDeadLettered, domain.KeyAttemptOutcome(spec.ID, 3))
+	}
+	if s.d.State() != domain.StateDead {
+		t.Errorf("state %q, want dead", s.d.State())
+	}
+	res := s.d.LastResult()
+	if res == nil || !res.Exhausted || res.Class != domain.ClassTransient || res.NextAttemptAt != nil {
+		t.Errorf("LastResult() = %+v, want exhausted transient without a next attempt", res)
+	}
+
+	r, err := domain.Rehydrate(s.events)
+	if err != nil {
+		t.Fatalf("Rehydrate: %v", err)
+	}
+	assertSameDelivery(t, r, s.d)
+	if r.LastResult() == nil || !r.LastResult().Exhausted {
+		t.Errorf("rehydrated LastResult() = %+v, want exhausted", r.LastResult())
+	}
+}
+
+func TestSingleAttemptTransientIsExhausted(t *testing.T) {
+	t.Parallel()
+
+	spec := validSpec()
+	spec.MaxAttempts = 1
+	s := processing(t, spec)
+	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient}, domain.DefaultRetryPolicy(), testNow, 0))
+	if s.d.State() != domain.StateDead || s.d.LastResult() == nil || !s.d.LastResult().Exhausted {
+		t.Errorf("state %q result %+v, want dead and exhausted", s.d.State(), s.d.LastResult())
+	}
+}
+
+func TestOutcomeKinds(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name      string
+		outcome   domain.Outcome
+		wantType  domain.EventType
+		wantState domain.State
+		wantClass domain.ErrorClass
+	}{
+		{"permanent", domain.Outcome{Kind: domain.OutcomePermanent, StatusCode: 404},
+			domain.EventDeadLettered, domain.StateDead, domain.ClassPermanent},
+		{"permanent panic keeps its class", domain.Outcome{Kind: domain.OutcomePermanent, Class: domain.ClassPanic},
+			domain.EventDeadLettered, domain.StateDead, domain.ClassPanic},
+		{"unknown", domain.Outcome{Kind: domain.OutcomeUnknown, Err: "read timeout after write"},
+			domain.EventOutcomeUnknown, domain.StateUnknown, domain.ClassUnknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := processing(t, validSpec())
+			events := s.add(t)(s.d.RecordOutcome(1, tt.outcome, domain.DefaultRetryPolicy(), testNow, 0.5))
+			if events[0].Type != tt.wantType {
+				t.Errorf("event type %s, want %s", events[0].Type, tt.wantType)
+			}
+			if s.d.State() != tt.wantState {
+				t.Errorf("state %q, want %q", s.d.State(), tt.wantState)
+			}
+			res := s.d.LastResult()
+			if res == nil || res.Class != tt.wantClass || res.Exhausted || res.NextAttemptAt != nil {
+				t.Errorf("LastResult() = %+v, want class %q, not exhausted, no next attempt", res, tt.wantClass)
+			}
+			if s.d.NextAttemptAt() != nil {
+				t.Errorf("NextAttemptAt() = %v, want nil", s.d.NextAttemptAt())
+			}
+			r, err := domain.Rehydrate(s.events)
+			if err != nil {
+				t.Fatalf("Rehydrate: %v", err)
+			}
+			assertSameDelivery(t, r, s.d)
+		})
+	}
+}
+
+func TestRecordOutcomeUnknownKindIsRefused(t *testing.T) {
+	t.Parallel()
+
+	s := processing(t, validSpec())
+	events, err := s.d.RecordOutcome(1, domain.Outcome{Kind: "maybe"}, domain.DefaultRetryPolicy(), testNow, 0)
+	if err == nil || events != nil {
+		t.Fatalf("RecordOutcome with an unknown kind = (%v, %v), want an error", events, err)
+	}
+	if s.d.State() != domain.StateProcessing || s.d.Version() != 3 {
+		t.Errorf("refused outcome changed the delivery: state %q version %d", s.d.State(), s.d.Version())
+	}
+}
+
+func TestRecordOutcomeForWrongAttemptIsStale(t *testing.T) {
+	t.Parallel()
+
+	policy := domain.DefaultRetryPolicy()
+	delivered := domain.Outcome{Kind: domain.OutcomeDelivered}
+
+	t.Run("other attempt number", func(t *testing.T) {
+		t.Parallel()
+		s := processing(t, validSpec())
+		for _, attempt := range []int{0, 2} {
+			events, err := s.d.RecordOutcome(attempt, delivered, policy, testNow, 0)
+			if !errors.Is(err, domain.ErrStaleAttempt) || events != nil {
+				t.Errorf("RecordOutcome(attempt %d) = (%v, %v), want ErrStaleAttempt", attempt, events, err)
+			}
+		}
+		if s.d.State() != domain.StateProcessing || s.d.Version() != 3 {
+			t.Errorf("stale outcome changed the delivery: state %q version %d", s.d.State(), s.d.Version())
+		}
+	})
+	t.Run("attempt already closed", func(t *testing.T) {
+		t.Parallel()
+		s := processing(t, validSpec())
+		s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0))
+		_, err := s.d.RecordOutcome(1, delivered, policy, testNow, 0)
+		if !errors.Is(err, domain.ErrStaleAttempt) {
+			t.Errorf("second outcome of attempt 1: err = %v, want ErrStaleAttempt", err)
+		}
+	})
+	t.Run("attempt not started", func(t *testing.T) {
+		t.Parallel()
+		s := accept(t, validSpec())
+		s.add(t)(s.d.Queue(testNow))
+		_, err := s.d.RecordOutcome(1, delivered, policy, testNow, 0)
+		if !errors.Is(err, domain.ErrStaleAttempt) {
+			t.Errorf("outcome of a queued attempt: err = %v, want ErrStaleAttempt", err)
+		}
+	})
+}
+
+func TestQueueFromRetryingIsNextAttempt(t *testing.T) {
+	t.Parallel()
+
+	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	spec := validSpec()
+	s := processing(t, spec)
+	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0.3))
+	events := s.add(t)(s.d.Queue(testNow))
+	if s.d.State() != domain.StateQueued || s.d.Attempt() != 2 || s.d.AttemptsInCycle() != 2 {
+		t.Fatalf("after requeue: state %q attempt %d in-cycle %d, want queued 2 2",
+			s.d.State(), s.d.Attempt(), s.d.AttemptsInCycle())
+	}
+	if events[0].Key != domain.KeyQueued(spec.ID, 2) {
+		t.Errorf("queued key %q, want %q", events[0].Key, domain.KeyQueued(spec.ID, 2))
+	}
+	var q domain.Queued
+	if err := json.Unmarshal(events[0].Data, &q); err != nil || q.Attempt != 2 {
+		t.Errorf("queued data %s (%v), want attempt 2", events[0].Data, err)
+	}
+	if s.d.NextAttemptAt() != nil {
+		t.Errorf("NextAttemptAt() = %v after requeue, want nil", s.d.NextAttemptAt())
+	}
+	events = s.add(t)(s.d.StartAttempt("webhook-http", testNow))
+	if events[0].Key != domain.KeyAttemptStarted(spec.ID, 2) {
+		t.Errorf("started key %q, want %q", events[0].Key, domain.KeyAttemptStarted(spec.ID, 2))
+	}
+	r, err := domain.Rehydrate(s.events)
+	if err != nil {
+		t.Fatalf("Rehydrate: %v", err)
+	}
+	assertSameDelivery(t, r, s.d)
+}
+
+func TestMethodsRefuseIllegalTransitions(t *testing.T) {
+	t.Parallel()
+
+	s := accept(t, validSpec())
+	_, err := s.d.StartAttempt("webhook-http", testNow)
+	var terr *domain.TransitionError
+	if !errors.As(err, &terr) || terr.From != domain.StateAccepted || terr.Event != domain.EventAttemptStarted {
+		t.Errorf("StartAttempt from accepted: err = %v, want TransitionError(accepted, attempt_started)", err)
+	}
+	s.add(t)(s.d.Queue(testNow))
+	if _, err := s.d.Queue(testNow); !errors.As(err, &terr) {
+		t.Errorf("Queue from queued: err = %v, want a TransitionError", err)
+	}
+	if s.d.State() != domain.StateQueued || s.d.Version() != 2 || s.d.Attempt() != 1 {
+		t.Errorf("refused commands changed the delivery: state %q version %d attempt %d",
+			s.d.State(), s.d.Version(), s.d.Attempt())
+	}
+}
+
+func TestRehydrateRefusesBrokenStreams(t *testing.T) {
+	t.Parallel()
+
+	s := processing(t, validSpec())
+	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeDelivered}, domain.DefaultRetryPolicy(), testNow, 0))
+	good := s.events
+
+	clone := func() []domain.Event { return append([]domain.Event(nil), good...) }
+
+	t.Run("empty stream", func(t *testing.T) {
+		t.Parallel()
+		for _, events := range [][]domain.Event{nil, {}} {
+			if d, err := domain.Rehydrate(events); err == nil || d != nil {
+				t.Errorf("Rehydrate(%v) = (%v, %v), want an error", events, d, err)
+			}
+		}
+	})
+	t.Run("gap in versions", func(t *testing.T) {
+		t.Parallel()
+		events := clone()
+		events[3].Version = 5 // versions 1, 2, 3, 5; the types alone would be a legal stream
+		d, err := domain.Rehydrate(events)
+		if err == nil || d != nil {
+			t.Fatalf("Rehydrate with a gap = (%v, %v), want an error", d, err)
+		}
+		var terr *domain.TransitionError
+		if errors.As(err, &terr) {
+			t.Errorf("Rehydrate with a gap failed on the transition, not the version: %v", err)
+		}
+	})
+	t.Run("repeated version", func(t *testing.T) {
+		t.Parallel()
+		events := clone()
+		events[2].Version = 2
+		if _, err := domain.Rehydrate(events); err == nil {
+			t.Errorf("Rehydrate with a repeated version succeeded")
+		}
+	})
+	t.Run("not starting at 1", func(t *testing.T) {
+		t.Parallel()
+		events := clone()
+		for i := range events {
+			events[i].Version++
+		}
+		if _, err := domain.Rehydrate(events); err == nil {
+			t.Errorf("Rehydrate of a stream starting at version 2 succeeded")
+		}
+	})
+	t.Run("illegal transition", func(t *testing.T) {
+		t.Parallel()
+		events := clone()
+		events[1].Type = domain.EventDelivered // accepted → delivered skips the attempt
+		d, err := domain.Rehydrate(events)
+		var terr *domain.TransitionError
+		if !errors.As(err, &terr) || d != nil {
+			t.Fatalf("Rehydrate(accepted, delivered, ...) = (%v, %v), want a TransitionError", d, err)
+		}
+		if terr.From != domain.StateAccepted || terr.Event != domain.EventDelivered {
+			t.Errorf("TransitionError names (%q, %s), want (accepted, %s)", terr.From, terr.Event, domain.EventDelivered)
+		}
+	})
+	t.Run("stream not opened by accepted", func(t *testing.T) {
+		t.Parallel()
+		events := clone()[1:]
+		for i := range events {
+			events[i].Version = i + 1
+		}
+		var terr *domain.TransitionError
+		if _, err := domain.Rehydrate(events); !errors.As(err, &terr) || terr.From != domain.StateNone {
+			t.Errorf("Rehydrate of a stream without accepted: err = %v, want TransitionError from none", err)
+		}
+	})
+	t.Run("undecodable data", func(t *testing.T) {
+		t.Parallel()
+		events := clone()
+		events[1].Data = json.RawMessage(`{"attempt":"one"}`)
+		if _, err := domain.Rehydrate(events); err == nil {
+			t.Errorf("Rehydrate with undecodable data succeeded")
+		}
+	})
+}
+
+func TestDecodeDataKnowsEveryEventType(t *testing.T) {
+	t.Parallel()
+
+	for _, typ := range domain.EventTypes {
+		v, err := domain.DecodeData(domain.Event{Type: typ, Data: json.RawMessage(`{"attempt":1}`)})
+		if err != nil || v == nil {
+			t.Errorf("DecodeData(%s) = (%v, %v)", typ, v, err)
+		}
+	}
+	if _, err := domain.DecodeData(domain.Event{Type: "delivery.renamed", Data: json.RawMessage(`{}`)}); err == nil {
+		t.Errorf("DecodeData of an unknown type succeeded")
+	}
+}
+
+// TestKeys pins the spelling of the idempotency keys: they are stored under a unique constraint,
+// so a change of spelling would let a redelivered message record a transition twice.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct{ got, want string }{
+		{domain.KeyAccepted("d-1"), "d-1/accepted"},
+		{domain.KeyQueued("d-1", 2), "d-1/queued/2"},
+		{domain.KeyAttemptStarted("d-1", 3), "d-1/attempt/3/started"},
+		{domain.KeyAttemptOutcome("d-1", 4), "d-1/attempt/4/outcome"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("key %q, want %q", tt.got, tt.want)
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range []string{"d-1", "d-2"} {
+		keys := []string{domain.KeyAccepted(id)}
+		for attempt := 1; attempt <= 3; attempt++ {
+			keys = append(keys, domain.KeyQueued(id, attempt), domain.KeyAttemptStarted(id, attempt),
+				domain.KeyAttemptOutcome(id, attempt))
+		}
+		for _, k := range keys {
+			if seen[k] {
+				t.Errorf("key %q names two operations", k)
+			}
+			seen[k] = true
+		}
+	}
+}

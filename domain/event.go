@@ -1,0 +1,151 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Event is one recorded transition of a delivery. Data holds the JSON of the event's payload
+// type (Accepted, Queued, ...); the store keeps it as it is.
+type Event struct {
+	DeliveryID string
+	Tenant     string
+	// Version is the event's place in its delivery's stream, starting at 1.
+	Version int
+	Type    EventType
+	// Key is the event's idempotency key: appending an event whose key exists is a no-op that
+	// returns the earlier event. Keys name the operation (the outcome of attempt 2 of delivery X),
+	// so a redelivered message cannot record the same transition twice.
+	Key        string
+	Data       json.RawMessage
+	RecordedAt time.Time
+	// Position is the event's place in the global log, set by the store.
+	Position int64
+}
+
+// Priority orders work within a channel.
+type Priority string
+
+// Priorities of the contract; PriorityNormal is the default.
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
+
+// Valid reports whether p is one of the contract's priorities.
+func (p Priority) Valid() bool {
+	return p == PriorityHigh || p == PriorityNormal || p == PriorityLow
+}
+
+// Accepted is the data of EventAccepted: everything an attempt needs, fixed at acceptance.
+type Accepted struct {
+	NotificationID string          `json:"notification_id"`
+	Channel        string          `json:"channel"`
+	Recipient      string          `json:"recipient"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       Priority        `json:"priority"`
+	MaxAttempts    int             `json:"max_attempts"`
+	// RequestKey is the caller's Idempotency-Key, for audit lookups.
+	RequestKey string `json:"idempotency_key"`
+}
+
+// Queued is the data of EventQueued.
+type Queued struct {
+	// Attempt is the number of the attempt the queued message is for.
+	Attempt int `json:"attempt"`
+}
+
+// AttemptStarted is the data of EventAttemptStarted.
+type AttemptStarted struct {
+	Attempt  int    `json:"attempt"`
+	Provider string `json:"provider"`
+}
+
+// AttemptResult is the data of the events that close an attempt: EventDelivered,
+// EventRetryScheduled, EventDeadLettered and EventOutcomeUnknown.
+type AttemptResult struct {
+	Attempt             int        `json:"attempt"`
+	Provider            string     `json:"provider,omitempty"`
+	Class               ErrorClass `json:"error_class,omitempty"`
+	Error               string     `json:"error,omitempty"`
+	StatusCode          int        `json:"status_code,omitempty"`
+	LatencyMS           float64    `json:"latency_ms"`
+	ProviderOperationID string     `json:"provider_operation_id,omitempty"`
+	// Exhausted is set on EventDeadLettered when the attempts ran out.
+	Exhausted bool `json:"exhausted,omitempty"`
+	// NextAttemptAt is set on EventRetryScheduled.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+}
+
+// Resolution is the data of the reconciliation events: who decided, on what evidence.
+type Resolution struct {
+	Attempt  int    `json:"attempt"`
+	Evidence string `json:"evidence"`
+	Actor    string `json:"actor,omitempty"`
+	// NextAttemptAt is set on EventReconciledRetry.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+}
+
+// Replayed is the data of EventReplayed.
+type Replayed struct {
+	// Attempt is the number of the first attempt of the new cycle.
+	Attempt int    `json:"attempt"`
+	Cycle   int    `json:"cycle"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Key helpers: one place that spells the idempotency keys of a delivery's events.
+
+// KeyAccepted is the idempotency key of a delivery's EventAccepted.
+func KeyAccepted(id string) string { return id + "/accepted" }
+
+// KeyQueued is the key of the EventQueued for an attempt: the relay and a worker that both try
+// to record it write the same key, so it is recorded once.
+func KeyQueued(id string, attempt int) string { return fmt.Sprintf("%s/queued/%d", id, attempt) }
+
+// KeyAttemptStarted is the key of an attempt's EventAttemptStarted.
+func KeyAttemptStarted(id string, attempt int) string {
+	return fmt.Sprintf("%s/attempt/%d/started", id, attempt)
+}
+
+// KeyAttemptOutcome is the one key shared by every event that closes an attempt, so an attempt
+// has at most one outcome whatever the number of workers that saw its message.
+func KeyAttemptOutcome(id string, attempt int) string {
+	return fmt.Sprintf("%s/attempt/%d/outcome", id, attempt)
+}
+
+func encode(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// The data types above marshal by construction; a failure is a programming error.
+		panic(fmt.Sprintf("encode event data: %v", err))
+	}
+	return b
+}
+
+// DecodeData decodes an event's data into the payload type of its event type.
+func DecodeData(e Event) (any, error) {
+	var v any
+	switch e.Type {
+	case EventAccepted:
+		v = &Accepted{}
+	case EventQueued:
+		v = &Queued{}
+	case EventAttemptStarted:
+		v = &AttemptStarted{}
+	case EventDelivered, EventRetryScheduled, EventDeadLettered, EventOutcomeUnknown:
+		v = &AttemptResult{}
+	case EventReconciledDelivered, EventReconciledDead, EventReconciledRetry:
+		v = &Resolution{}
+	case EventReplayed:
+		v = &Replayed{}
+	default:
+		return nil, fmt.Errorf("event %d of %s: unknown type %q", e.Version, e.DeliveryID, e.Type)
+	}
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return nil, fmt.Errorf("event %d of %s (%s): %w", e.Version, e.DeliveryID, e.Type, err)
+	}
+	return v, nil
+}

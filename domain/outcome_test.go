@@ -1,0 +1,206 @@
+package domain_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// justBelowOne is the largest jitter in [0,1).
+var justBelowOne = math.Nextafter(1, 0)
+
+func TestCeilingDoublesFromBaseAndIsCapped(t *testing.T) {
+	t.Parallel()
+
+	p := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 10}
+	tests := []struct {
+		attempt int
+		want    time.Duration
+	}{
+		{-5, 30 * time.Second}, // below the first attempt counts as the first
+		{0, 30 * time.Second},
+		{1, 30 * time.Second},
+		{2, time.Minute},
+		{3, 2 * time.Minute},
+		{4, 4 * time.Minute},
+		{5, 8 * time.Minute},
+		{6, 16 * time.Minute},
+		{7, 30 * time.Minute}, // 32m, capped
+		{8, 30 * time.Minute},
+		{10, 30 * time.Minute},
+	}
+	for _, tt := range tests {
+		if got := p.Ceiling(tt.attempt); got != tt.want {
+			t.Errorf("Ceiling(%d) = %v, want %v", tt.attempt, got, tt.want)
+		}
+	}
+}
+
+func TestCeilingHugeAttemptsDoNotOverflow(t *testing.T) {
+	t.Parallel()
+
+	policies := []domain.RetryPolicy{
+		domain.DefaultRetryPolicy(),
+		{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
+		{Base: time.Nanosecond, Cap: math.MaxInt64}, // a cap meaning "no cap"
+		{Base: time.Hour, Cap: math.MaxInt64},
+		{Base: math.MaxInt64 / 2, Cap: math.MaxInt64},
+	}
+	attempts := []int{64, 65, 100, 1024, 1 << 20, math.MaxInt32, math.MaxInt64}
+	for _, p := range policies {
+		prev := time.Duration(0)
+		for attempt := 1; attempt <= 70; attempt++ {
+			got := p.Ceiling(attempt)
+			if got <= 0 || got > p.Cap {
+				t.Errorf("policy %+v: Ceiling(%d) = %v, want in (0, %v]", p, attempt, got, p.Cap)
+			}
+			if got < prev {
+				t.Errorf("policy %+v: Ceiling(%d) = %v, below Ceiling(%d) = %v", p, attempt, got, attempt-1, prev)
+			}
+			prev = got
+		}
+		for _, attempt := range attempts {
+			if got := p.Ceiling(attempt); got != p.Cap {
+				t.Errorf("policy %+v: Ceiling(%d) = %v, want the cap %v", p, attempt, got, p.Cap)
+			}
+			next := p.NextAttemptAt(attempt, testNow, justBelowOne, 0)
+			if next.Before(testNow) {
+				t.Errorf("policy %+v: NextAttemptAt(%d) = %v, before now", p, attempt, next)
+			}
+		}
+	}
+}
+
+func TestNextAttemptAtWithoutJitter(t *testing.T) {
+	t.Parallel()
+
+	p := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 10}
+	for _, attempt := range []int{1, 2, 7, 50} {
+		if got := p.NextAttemptAt(attempt, testNow, 0, 0); !got.Equal(testNow) {
+			t.Errorf("NextAttemptAt(%d, jitter 0) = %v, want now %v", attempt, got, testNow)
+		}
+		if got, want := p.NextAttemptAt(attempt, testNow, 0, 90*time.Second), testNow.Add(90*time.Second); !got.Equal(want) {
+			t.Errorf("NextAttemptAt(%d, jitter 0, retry-after 90s) = %v, want %v", attempt, got, want)
+		}
+	}
+}
+
+func TestNextAttemptAtJitterStaysBelowCeiling(t *testing.T) {
+	t.Parallel()
+
+	policies := []domain.RetryPolicy{
+		{Base: 30 * time.Second, Cap: 30 * time.Minute},
+		{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
+		{Base: time.Nanosecond * 3, Cap: time.Hour},
+	}
+	for _, p := range policies {
+		for attempt := 1; attempt <= 12; attempt++ {
+			ceiling := testNow.Add(p.Ceiling(attempt))
+			for _, jitter := range []float64{0.999, 0.999999, justBelowOne} {
+				got := p.NextAttemptAt(attempt, testNow, jitter, 0)
+				if !got.Before(ceiling) {
+					t.Errorf("policy %+v: NextAttemptAt(%d, jitter %v) = %v, not before now+ceiling %v",
+						p, attempt, jitter, got, ceiling)
+				}
+				if got.Before(testNow) {
+					t.Errorf("policy %+v: NextAttemptAt(%d, jitter %v) = %v, before now", p, attempt, jitter, got)
+				}
+			}
+			// Half the jitter is half the ceiling: the delay scales with jitter, it is not fixed.
+			half := p.NextAttemptAt(attempt, testNow, 0.5, 0).Sub(testNow)
+			if want := p.Ceiling(attempt) / 2; half < want-1 || half > want+1 {
+				t.Errorf("policy %+v: NextAttemptAt(%d, jitter 0.5) is now+%v, want about %v", p, attempt, half, want)
+			}
+		}
+	}
+}
+
+func TestNextAttemptAtRetryAfterOnlyWhenLonger(t *testing.T) {
+	t.Parallel()
+
+	p := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute}
+	// Attempt 3: ceiling 2m; jitter 0.5 gives a delay of 1m.
+	if got, want := p.NextAttemptAt(3, testNow, 0.5, 5*time.Minute), testNow.Add(5*time.Minute); !got.Equal(want) {
+		t.Errorf("longer Retry-After: %v, want %v", got, want)
+	}
+	if got, want := p.NextAttemptAt(3, testNow, 0.5, 10*time.Second), testNow.Add(time.Minute); !got.Equal(want) {
+		t.Errorf("shorter Retry-After: %v, want %v", got, want)
+	}
+	// A Retry-After beyond the cap is still honoured: the provider asked for it.
+	if got, want := p.NextAttemptAt(3, testNow, 0.5, 2*time.Hour), testNow.Add(2*time.Hour); !got.Equal(want) {
+		t.Errorf("Retry-After beyond the cap: %v, want %v", got, want)
+	}
+}
+
+func TestTiers(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name   string
+		policy domain.RetryPolicy
+		want   []time.Duration
+	}{
+		{
+			"default",
+			domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute},
+			[]time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute,
+				8 * time.Minute, 16 * time.Minute, 30 * time.Minute},
+		},
+		{
+			"cap on a power of two",
+			domain.RetryPolicy{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
+			[]time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond},
+		},
+		{
+			"cap equals base",
+			domain.RetryPolicy{Base: time.Second, Cap: time.Second},
+			[]time.Duration{time.Second},
+		},
+	}
+	for _, tt := range tests {
+		if got := tt.policy.Tiers(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: Tiers() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if got := domain.DefaultRetryPolicy().Tiers(); !slices.Equal(got, tests[0].want) {
+		t.Errorf("DefaultRetryPolicy().Tiers() = %v, want %v", got, tests[0].want)
+	}
+}
+
+// TestTiersCoverEveryCeiling checks the promise the broker topology relies on: whatever the
+// attempt, its ceiling rounds up to a tier, and the largest tier is the cap.
+func TestTiersCoverEveryCeiling(t *testing.T) {
+	t.Parallel()
+
+	policies := []domain.RetryPolicy{
+		domain.DefaultRetryPolicy(),
+		{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
+		{Base: 7 * time.Second, Cap: 5 * time.Minute},
+		{Base: time.Nanosecond, Cap: math.MaxInt64}, // doubling would overflow before the cap
+	}
+	for _, p := range policies {
+		tiers := p.Tiers()
+		if len(tiers) == 0 || len(tiers) > 64 {
+			t.Errorf("policy %+v: %d tiers", p, len(tiers))
+			continue
+		}
+		if tiers[len(tiers)-1] != p.Cap {
+			t.Errorf("policy %+v: largest tier %v, want the cap %v", p, tiers[len(tiers)-1], p.Cap)
+		}
+		for i, d := range tiers {
+			if d <= 0 || (i > 0 && d <= tiers[i-1]) {
+				t.Errorf("policy %+v: tiers %v are not positive and increasing", p, tiers)
+				break
+			}
+		}
+		for _, attempt := range []int{1, 2, 3, 10, 63, 64, 1000, math.MaxInt64} {
+			c := p.Ceiling(attempt)
+			if _, found := slices.BinarySearch(tiers, c); !found {
+				t.Errorf("policy %+v: Ceiling(%d) = %v is not a tier of %v", p, attempt, c, tiers)
+			}
+		}
+	}
+}

@@ -1,0 +1,145 @@
+// Package domain holds the delivery aggregate: its states, the events that move it between them,
+// the transition table and the typed outcomes of a delivery attempt. It imports only the standard
+// library, so the rules of the ledger can be read and tested without any infrastructure.
+package domain
+
+import "fmt"
+
+// State is where a delivery stands. The names are part of the wire contract.
+type State string
+
+const (
+	// StateNone is the state of a stream that has no events yet. Only EventAccepted leaves it.
+	StateNone State = ""
+
+	// StateAccepted: the accept command has committed the delivery and its outbox message.
+	// The relay (after the broker confirmed the message) or a worker (if it saw the message
+	// first) moves it to queued.
+	StateAccepted State = "accepted"
+
+	// StateQueued: the work message is on the broker. A worker moves it to processing when it
+	// starts an attempt; a rate-limited message stays queued.
+	StateQueued State = "queued"
+
+	// StateProcessing: a worker has started an attempt and is calling the provider. Only the
+	// outcome of that attempt moves it on: delivered, retrying, dead or unknown.
+	StateProcessing State = "processing"
+
+	// StateRetrying: an attempt failed transiently and attempts are left; the retry message
+	// waits in a delay tier. The worker that picks it up moves it back to queued.
+	StateRetrying State = "retrying"
+
+	// StateDelivered is terminal: the provider confirmed the delivery.
+	StateDelivered State = "delivered"
+
+	// StateDead is terminal until an operator replays the delivery (dead → queued): the failure
+	// was permanent or the attempts ran out.
+	StateDead State = "dead"
+
+	// StateUnknown: the provider may have acted but we cannot know (timeout after the request
+	// was written, a worker died mid-call). Only reconciliation moves it to delivered, dead or
+	// retrying; no automatic resend happens, because a blind resend is how duplicates happen.
+	StateUnknown State = "unknown"
+)
+
+// States lists every state a delivery can be in, in lifecycle order.
+var States = []State{
+	StateAccepted, StateQueued, StateProcessing, StateRetrying,
+	StateDelivered, StateDead, StateUnknown,
+}
+
+// Terminal reports whether no automatic step moves a delivery out of s. Unknown is not terminal:
+// it waits for reconciliation, but no worker acts on it.
+func (s State) Terminal() bool {
+	return s == StateDelivered || s == StateDead
+}
+
+// Valid reports whether s names a state of the contract.
+func (s State) Valid() bool {
+	for _, known := range States {
+		if s == known {
+			return true
+		}
+	}
+	return false
+}
+
+// EventType is the stored name of an event. The names are explicit constants, never derived from
+// Go type names: renaming a type must not orphan history.
+type EventType string
+
+const (
+	// EventAccepted opens a stream: the delivery and what its attempts need.
+	EventAccepted EventType = "delivery.accepted"
+	// EventQueued records that the work message is on the broker, for the attempt it names.
+	EventQueued EventType = "delivery.queued"
+	// EventAttemptStarted records that a worker is about to call the provider.
+	EventAttemptStarted EventType = "delivery.attempt_started"
+	// EventDelivered records the provider's confirmation of an attempt.
+	EventDelivered EventType = "delivery.delivered"
+	// EventRetryScheduled records a transient failure and when the next attempt is due.
+	EventRetryScheduled EventType = "delivery.retry_scheduled"
+	// EventDeadLettered records a permanent failure or exhausted attempts.
+	EventDeadLettered EventType = "delivery.dead_lettered"
+	// EventOutcomeUnknown records that an attempt's outcome cannot be known.
+	EventOutcomeUnknown EventType = "delivery.outcome_unknown"
+	// EventReconciledDelivered resolves an unknown outcome as delivered, with evidence.
+	EventReconciledDelivered EventType = "delivery.reconciled_delivered"
+	// EventReconciledDead resolves an unknown outcome as failed for good, with evidence.
+	EventReconciledDead EventType = "delivery.reconciled_dead"
+	// EventReconciledRetry resolves an unknown outcome as not sent, so another attempt is safe.
+	EventReconciledRetry EventType = "delivery.reconciled_retry"
+	// EventReplayed starts a new attempt cycle for a dead delivery, keeping its history.
+	EventReplayed EventType = "delivery.replayed"
+)
+
+// EventTypes lists every event type.
+var EventTypes = []EventType{
+	EventAccepted, EventQueued, EventAttemptStarted, EventDelivered, EventRetryScheduled,
+	EventDeadLettered, EventOutcomeUnknown, EventReconciledDelivered, EventReconciledDead,
+	EventReconciledRetry, EventReplayed,
+}
+
+// transitions is the whole state machine, written once: from state, event type → next state.
+// A pair that is not here is refused.
+var transitions = map[State]map[EventType]State{
+	StateNone:     {EventAccepted: StateAccepted},
+	StateAccepted: {EventQueued: StateQueued},
+	StateQueued:   {EventAttemptStarted: StateProcessing},
+	StateProcessing: {
+		EventDelivered:      StateDelivered,
+		EventRetryScheduled: StateRetrying,
+		EventDeadLettered:   StateDead,
+		EventOutcomeUnknown: StateUnknown,
+	},
+	StateRetrying: {EventQueued: StateQueued},
+	StateDead:     {EventReplayed: StateQueued},
+	StateUnknown: {
+		EventReconciledDelivered: StateDelivered,
+		EventReconciledDead:      StateDead,
+		EventReconciledRetry:     StateRetrying,
+	},
+	StateDelivered: {},
+}
+
+// TransitionError is returned when an event is not allowed in a state.
+type TransitionError struct {
+	From  State
+	Event EventType
+}
+
+func (e *TransitionError) Error() string {
+	from := string(e.From)
+	if from == "" {
+		from = "(new)"
+	}
+	return fmt.Sprintf("event %s is not allowed in state %s", e.Event, from)
+}
+
+// Next returns the state that event leads to from state, or a *TransitionError.
+func Next(from State, event EventType) (State, error) {
+	if to, ok := transitions[from][event]; ok {
+		return to, nil
+	}
+	return "", &TransitionError{From: from, Event: event}
+}

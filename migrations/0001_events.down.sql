@@ -1,0 +1,2 @@
+DROP TABLE accept_requests;
+DROP TABLE events;
