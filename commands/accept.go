@@ -50,6 +50,9 @@ type AcceptResult struct {
 // AcceptHandler accepts notifications: the events, their work messages and the stored answer
 // commit in one transaction, so a 2xx means durable.
 type AcceptHandler struct {
+	// OnAccepted, when set, is told of every newly accepted delivery (metrics).
+	OnAccepted func(channel, priority string, n int)
+
 	store       AcceptStore
 	topics      Topics
 	clock       Clock
@@ -135,6 +138,11 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		}
 		earlier.Replayed = true
 		return earlier, nil
+	}
+	if h.OnAccepted != nil {
+		for _, d := range result.Deliveries {
+			h.OnAccepted(d.Channel, string(priority), 1)
+		}
 	}
 	return result, nil
 }

@@ -42,7 +42,7 @@ type EventStore interface {
 	// Load returns a delivery's events in version order, or ErrNotFound.
 	Load(ctx context.Context, deliveryID string) ([]domain.Event, error)
 	// Append writes the events (each Version is the next version of its stream) and the outbox
-	// messages in one transaction: all or nothing. It returns ErrDuplicate when every event's
+	// messages in one transaction: all or nothing. With no events it writes only the messages. It returns ErrDuplicate when every event's
 	// key was already recorded, ErrVersionConflict when a version is taken by another event.
 	Append(ctx context.Context, events []domain.Event, outbox []OutboxMessage) error
 }
@@ -85,8 +85,9 @@ type Clock interface {
 // SystemClock is the wall clock.
 type SystemClock struct{}
 
-// Now returns the current UTC time.
-func (SystemClock) Now() time.Time { return time.Now().UTC() }
+// Now returns the current UTC time at microsecond precision, PostgreSQL's, so an answer given
+// before a round trip through the database shows the same instant as the stored event.
+func (SystemClock) Now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // Sender is a provider adapter: it performs one attempt and reports a typed outcome. It never
 // returns an error: every failure is an outcome (transient, permanent or unknown).

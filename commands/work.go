@@ -23,6 +23,8 @@ type WorkMessage struct {
 	MaxAttempts int             `json:"max_attempts"`
 	// DueAt is when the attempt may start; a message that arrives earlier waits again.
 	DueAt time.Time `json:"due_at"`
+	// AcceptedAt is when the delivery was accepted (for accept → delivered latency).
+	AcceptedAt time.Time `json:"accepted_at"`
 	// RequestKey is the caller's Idempotency-Key, passed to providers that deduplicate.
 	RequestKey string `json:"idempotency_key,omitempty"`
 }
@@ -42,8 +44,11 @@ type DeadLetter struct {
 const (
 	// MetaMarkQueued tells the relay to record EventQueued once the broker confirmed the message.
 	MetaMarkQueued = "ledger_mark_queued"
-	// MetaPriority carries the message priority class.
+	// MetaPriority carries the message priority class; the delay tiers' return exchange routes
+	// on it.
 	MetaPriority = "ledger_priority"
+	// MetaEnqueuedAt is when the message was written to the outbox (for relay lag).
+	MetaEnqueuedAt = "ledger_enqueued_at"
 )
 
 // messageNamespace derives message ids from event keys, so a republished event keeps its id.
@@ -61,17 +66,18 @@ func snapshot(d *domain.Delivery, attempt int, dueAt time.Time) WorkMessage {
 		Attempt:     attempt,
 		MaxAttempts: d.MaxAttempts(),
 		DueAt:       dueAt,
+		AcceptedAt:  d.AcceptedAt(),
 		RequestKey:  d.RequestKey(),
 	}
 }
 
 // workMessageFor builds the outbox message that carries the next attempt of d.
 func workMessageFor(d *domain.Delivery, topic string, attempt int, dueAt time.Time, eventKey string, markQueued bool) (OutboxMessage, error) {
-	body, err := json.Marshal(snapshot(d, attempt, dueAt))
+	body, err := encodeWork(snapshot(d, attempt, dueAt))
 	if err != nil {
-		return OutboxMessage{}, fmt.Errorf("encode work message for %s: %w", d.ID(), err)
+		return OutboxMessage{}, err
 	}
-	meta := map[string]string{MetaPriority: string(d.Priority())}
+	meta := map[string]string{MetaPriority: string(d.Priority()), MetaEnqueuedAt: time.Now().UTC().Format(time.RFC3339Nano)}
 	if markQueued {
 		meta[MetaMarkQueued] = "true"
 	}
@@ -99,6 +105,14 @@ func deadLetterFor(d *domain.Delivery, topic, eventKey string, now time.Time) (O
 		Payload:  body,
 		Metadata: map[string]string{MetaPriority: string(d.Priority())},
 	}, nil
+}
+
+func encodeWork(m WorkMessage) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode work message for %s: %w", m.DeliveryID, err)
+	}
+	return body, nil
 }
 
 // DecodeWorkMessage parses a broker message body.

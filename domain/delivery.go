@@ -48,6 +48,8 @@ type Delivery struct {
 	// cycleStart is the first attempt number of the current cycle (1, or the replay's).
 	cycleStart int
 	cycle      int
+	// deferrals counts the deferrals of the current attempt (they name their keys).
+	deferrals  int
 	lastResult *AttemptResult
 	nextDueAt  *time.Time
 
@@ -150,6 +152,8 @@ func ptrTo(data any) any {
 		return &v
 	case AttemptStarted:
 		return &v
+	case Deferred:
+		return &v
 	case AttemptResult:
 		return &v
 	case Resolution:
@@ -179,6 +183,11 @@ func (d *Delivery) apply(e Event, next State, data any) {
 	case *Queued:
 		d.attempt = v.Attempt
 		d.nextDueAt = nil
+		d.deferrals = 0
+	case *Deferred:
+		d.deferrals++
+		until := v.Until
+		d.nextDueAt = &until
 	case *AttemptStarted:
 		d.attempt = v.Attempt
 	case *AttemptResult:
@@ -199,6 +208,13 @@ func (d *Delivery) apply(e Event, next State, data any) {
 func (d *Delivery) Queue(now time.Time) ([]Event, error) {
 	attempt := d.attempt + 1
 	return d.record(now, EventQueued, KeyQueued(d.id, attempt), Queued{Attempt: attempt})
+}
+
+// Defer records that a rate limit or concurrency cap holds the queued attempt back until until.
+// It consumes no attempt.
+func (d *Delivery) Defer(reason string, until, now time.Time) ([]Event, error) {
+	return d.record(now, EventDeferred, KeyDeferred(d.id, d.attempt, d.deferrals+1),
+		Deferred{Attempt: d.attempt, Reason: reason, Until: until.UTC()})
 }
 
 // StartAttempt records that a worker is calling the provider for the queued attempt.

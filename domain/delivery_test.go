@@ -670,3 +670,40 @@ func TestKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestDeferKeepsAttemptAndCountsDeferrals(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d, _, err := domain.Accept(domain.AcceptSpec{ID: "d1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
+		Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 2}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Defer("too early", now, now); err == nil {
+		t.Fatal("deferring an accepted delivery must be refused")
+	}
+	if _, err := d.Queue(now); err != nil {
+		t.Fatal(err)
+	}
+	first, err := d.Defer("host example.com rate 5/s", now.Add(time.Second), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := d.Defer("host example.com rate 5/s", now.Add(2*time.Second), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].Key != "d1/queued/1/deferred/1" || second[0].Key != "d1/queued/1/deferred/2" {
+		t.Fatalf("keys %s %s", first[0].Key, second[0].Key)
+	}
+	if d.State() != domain.StateQueued || d.Attempt() != 1 || d.AttemptsInCycle() != 1 {
+		t.Fatalf("after deferrals: %s attempt %d", d.State(), d.Attempt())
+	}
+	if due := d.NextAttemptAt(); due == nil || !due.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("next attempt at %v", due)
+	}
+	started, err := d.StartAttempt("webhook", now)
+	if err != nil || started[0].Key != "d1/attempt/1/started" {
+		t.Fatalf("start after deferral: %v %v", started, err)
+	}
+}

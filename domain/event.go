@@ -57,6 +57,13 @@ type Queued struct {
 	Attempt int `json:"attempt"`
 }
 
+// Deferred is the data of EventDeferred.
+type Deferred struct {
+	Attempt int       `json:"attempt"`
+	Reason  string    `json:"reason"`
+	Until   time.Time `json:"until"`
+}
+
 // AttemptStarted is the data of EventAttemptStarted.
 type AttemptStarted struct {
 	Attempt  int    `json:"attempt"`
@@ -105,6 +112,11 @@ func KeyAccepted(id string) string { return id + "/accepted" }
 // to record it write the same key, so it is recorded once.
 func KeyQueued(id string, attempt int) string { return fmt.Sprintf("%s/queued/%d", id, attempt) }
 
+// KeyDeferred is the key of the n-th deferral (from 1) of an attempt.
+func KeyDeferred(id string, attempt, n int) string {
+	return fmt.Sprintf("%s/queued/%d/deferred/%d", id, attempt, n)
+}
+
 // KeyAttemptStarted is the key of an attempt's EventAttemptStarted.
 func KeyAttemptStarted(id string, attempt int) string {
 	return fmt.Sprintf("%s/attempt/%d/started", id, attempt)
@@ -133,6 +145,8 @@ func DecodeData(e Event) (any, error) {
 		v = &Accepted{}
 	case EventQueued:
 		v = &Queued{}
+	case EventDeferred:
+		v = &Deferred{}
 	case EventAttemptStarted:
 		v = &AttemptStarted{}
 	case EventDelivered, EventRetryScheduled, EventDeadLettered, EventOutcomeUnknown:

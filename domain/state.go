@@ -18,7 +18,7 @@ const (
 	StateAccepted State = "accepted"
 
 	// StateQueued: the work message is on the broker. A worker moves it to processing when it
-	// starts an attempt; a rate-limited message stays queued.
+	// starts an attempt; a rate-limited message stays queued (EventDeferred).
 	StateQueued State = "queued"
 
 	// StateProcessing: a worker has started an attempt and is calling the provider. Only the
@@ -73,6 +73,9 @@ const (
 	EventAccepted EventType = "delivery.accepted"
 	// EventQueued records that the work message is on the broker, for the attempt it names.
 	EventQueued EventType = "delivery.queued"
+	// EventDeferred records that a rate limit or concurrency cap held a queued attempt back; the
+	// message waits in a delay tier and no attempt is consumed.
+	EventDeferred EventType = "delivery.deferred"
 	// EventAttemptStarted records that a worker is about to call the provider.
 	EventAttemptStarted EventType = "delivery.attempt_started"
 	// EventDelivered records the provider's confirmation of an attempt.
@@ -95,7 +98,7 @@ const (
 
 // EventTypes lists every event type.
 var EventTypes = []EventType{
-	EventAccepted, EventQueued, EventAttemptStarted, EventDelivered, EventRetryScheduled,
+	EventAccepted, EventQueued, EventDeferred, EventAttemptStarted, EventDelivered, EventRetryScheduled,
 	EventDeadLettered, EventOutcomeUnknown, EventReconciledDelivered, EventReconciledDead,
 	EventReconciledRetry, EventReplayed,
 }
@@ -105,7 +108,7 @@ var EventTypes = []EventType{
 var transitions = map[State]map[EventType]State{
 	StateNone:     {EventAccepted: StateAccepted},
 	StateAccepted: {EventQueued: StateQueued},
-	StateQueued:   {EventAttemptStarted: StateProcessing},
+	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued},
 	StateProcessing: {
 		EventDelivered:      StateDelivered,
 		EventRetryScheduled: StateRetrying,

@@ -12,7 +12,7 @@ import (
 var expectedTransitions = map[domain.State]map[domain.EventType]domain.State{
 	domain.StateNone:     {domain.EventAccepted: domain.StateAccepted},
 	domain.StateAccepted: {domain.EventQueued: domain.StateQueued},
-	domain.StateQueued:   {domain.EventAttemptStarted: domain.StateProcessing},
+	domain.StateQueued:   {domain.EventAttemptStarted: domain.StateProcessing, domain.EventDeferred: domain.StateQueued},
 	domain.StateProcessing: {
 		domain.EventDelivered:      domain.StateDelivered,
 		domain.EventRetryScheduled: domain.StateRetrying,
@@ -133,8 +133,8 @@ func TestEventTypesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 11 {
-		t.Errorf("EventTypes has %d distinct types, want 11", len(seen))
+	if len(seen) != 12 {
+		t.Errorf("EventTypes has %d distinct types, want 12", len(seen))
 	}
 }
 

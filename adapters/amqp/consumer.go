@@ -39,8 +39,11 @@ type Handler func(ctx context.Context, d Delivery) Verdict
 type ConsumerConfig struct {
 	URL   string
 	Queue string
-	// Concurrency is the number of messages in flight: the prefetch and the handler goroutines.
+	// Concurrency is the prefetch, and the number of handlers in flight unless Acquire is set.
 	Concurrency int
+	// Acquire, when set, gates each handler: it blocks until the message may run (a slot of a
+	// scheduler shared by several consumers) and returns the slot's release.
+	Acquire func(ctx context.Context) (release func(), err error)
 	// ShutdownTimeout bounds how long in-flight handlers may run after the consumer is stopped.
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
@@ -134,24 +137,17 @@ func (c *Consumer) session(ctx context.Context) error {
 	})
 	defer stopGrace()
 
-	work := make(chan amqp091.Delivery)
-	var wg sync.WaitGroup
-	for range c.cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for d := range work {
-				c.handle(handlerCtx, d)
-			}
-		}()
+	acquire := c.cfg.Acquire
+	if acquire == nil {
+		acquire = semaphore(c.cfg.Concurrency)
 	}
+	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer close(work)
 
 	for {
 		select {
 		case <-ctx.Done():
-			// Stop the flow, then give back whatever was prefetched and not yet handed out.
+			// Stop the flow, then give back whatever was prefetched and not yet started.
 			_ = ch.Cancel(tag, false)
 			for d := range deliveries {
 				_ = d.Nack(false, true)
@@ -163,11 +159,31 @@ func (c *Consumer) session(ctx context.Context) error {
 			if !ok {
 				return errors.New("delivery channel closed")
 			}
-			select {
-			case work <- d:
-			case <-ctx.Done():
+			release, err := acquire(ctx)
+			if err != nil {
 				_ = d.Nack(false, true)
+				continue
 			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer release()
+				c.handle(handlerCtx, d)
+			}()
+		}
+	}
+}
+
+// semaphore is the default gate: at most n handlers at once.
+func semaphore(n int) func(context.Context) (func(), error) {
+	slots := make(chan struct{}, n)
+	return func(ctx context.Context) (func(), error) {
+		select {
+		case slots <- struct{}{}:
+			var once sync.Once
+			return func() { once.Do(func() { <-slots }) }, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
 }

@@ -20,9 +20,16 @@ import (
 //
 // Per channel:
 //
-//	<prefix>.<channel>              work queue (durable, dead-letters to <prefix>.dlx)
-//	<prefix>.<channel>.retry.<tier> delay tier: queue TTL = tier, dead-letters back to the work queue
+//	<prefix>.<channel>              work queue of normal priority
+//	<prefix>.<channel>.high         work queue of high priority
+//	<prefix>.<channel>.low          work queue of low priority
+//	<prefix>.<channel>.retry.<tier> delay tier: queue TTL = tier, then dead-letters to the return exchange
+//	<prefix>.<channel>.return       headers exchange: routes an expired delay message back to the
+//	                                work queue of its priority (header ledger_priority)
 //	<prefix>.<channel>.dead         dead queue, bound to <prefix>.dlx
+//
+// Work queues dead-letter (Nack without requeue) into <prefix>.dlx, which routes to the channel's
+// dead queue. One set of tiers serves all priorities: the return exchange restores the class.
 type Topology struct {
 	Prefix   string
 	Channels []string
@@ -53,8 +60,20 @@ func (t Topology) Validate() error {
 // DeadLetterExchange is the exchange work queues dead-letter into.
 func (t Topology) DeadLetterExchange() string { return t.Prefix + ".dlx" }
 
-// Work is the work queue of a channel. Priority classes share it for now.
-func (t Topology) Work(channel string, _ domain.Priority) string { return t.Prefix + "." + channel }
+// Work is the work queue of a channel's priority class.
+func (t Topology) Work(channel string, p domain.Priority) string {
+	switch p {
+	case domain.PriorityHigh, domain.PriorityLow:
+		return t.Prefix + "." + channel + "." + string(p)
+	}
+	return t.Prefix + "." + channel
+}
+
+// Priorities are the classes, each with its own work queue.
+var Priorities = []domain.Priority{domain.PriorityHigh, domain.PriorityNormal, domain.PriorityLow}
+
+// ReturnExchange routes expired delay messages back to their work queue.
+func (t Topology) ReturnExchange(channel string) string { return t.Prefix + "." + channel + ".return" }
 
 // Dead is the dead queue of a channel.
 func (t Topology) Dead(channel string) string { return t.Prefix + "." + channel + ".dead" }
@@ -102,7 +121,10 @@ func FormatTier(d time.Duration) string {
 func (t Topology) Queues() []string {
 	var qs []string
 	for _, ch := range t.Channels {
-		qs = append(qs, t.Work(ch, domain.PriorityNormal), t.Dead(ch))
+		for _, p := range Priorities {
+			qs = append(qs, t.Work(ch, p))
+		}
+		qs = append(qs, t.Dead(ch))
 		for _, tier := range t.Tiers {
 			qs = append(qs, t.retryQueue(ch, tier))
 		}
@@ -131,12 +153,22 @@ func (t Topology) Declare(conn *amqp091.Connection) error {
 		return nil
 	}
 	for _, channel := range t.Channels {
-		work := t.Work(channel, domain.PriorityNormal)
-		if err := declare(work, amqp091.Table{
-			"x-dead-letter-exchange":    t.DeadLetterExchange(),
-			"x-dead-letter-routing-key": t.Dead(channel),
-		}); err != nil {
-			return err
+		ret := t.ReturnExchange(channel)
+		if err := ch.ExchangeDeclare(ret, "headers", true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare %s: %w", ret, err)
+		}
+		for _, p := range Priorities {
+			work := t.Work(channel, p)
+			if err := declare(work, amqp091.Table{
+				"x-dead-letter-exchange":    t.DeadLetterExchange(),
+				"x-dead-letter-routing-key": t.Dead(channel),
+			}); err != nil {
+				return err
+			}
+			match := amqp091.Table{"x-match": "all", commands.MetaPriority: string(p)}
+			if err := ch.QueueBind(work, "", ret, false, match); err != nil {
+				return fmt.Errorf("bind %s to %s: %w", work, ret, err)
+			}
 		}
 		if err := declare(t.Dead(channel), nil); err != nil {
 			return err
@@ -146,9 +178,8 @@ func (t Topology) Declare(conn *amqp091.Connection) error {
 		}
 		for _, tier := range t.Tiers {
 			if err := declare(t.retryQueue(channel, tier), amqp091.Table{
-				"x-message-ttl":             tier.Milliseconds(),
-				"x-dead-letter-exchange":    "",
-				"x-dead-letter-routing-key": work,
+				"x-message-ttl":          tier.Milliseconds(),
+				"x-dead-letter-exchange": ret,
 			}); err != nil {
 				return err
 			}
@@ -171,8 +202,14 @@ func (t Topology) Delete(conn *amqp091.Connection) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := ch.ExchangeDelete(t.DeadLetterExchange(), false, false); err != nil {
-		errs = append(errs, err)
+	exchanges := []string{t.DeadLetterExchange()}
+	for _, c := range t.Channels {
+		exchanges = append(exchanges, t.ReturnExchange(c))
+	}
+	for _, x := range exchanges {
+		if err := ch.ExchangeDelete(x, false, false); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -43,15 +43,20 @@ const eventsByDelivery = `SELECT ` + eventColumns + ` FROM events WHERE delivery
 
 // Append writes events and outbox messages in one transaction.
 func (s *EventStore) Append(ctx context.Context, events []domain.Event, outbox []commands.OutboxMessage) error {
-	if len(events) == 0 {
+	if len(events) == 0 && len(outbox) == 0 {
 		return nil
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := appendEvents(ctx, tx, events); err != nil {
-			return err
+		if len(events) > 0 {
+			if err := appendEvents(ctx, tx, events); err != nil {
+				return err
+			}
 		}
 		return publishOutbox(ctx, tx, outbox)
 	})
+	if err != nil && len(events) == 0 {
+		return fmt.Errorf("write outbox: %w", err)
+	}
 	return s.translate(ctx, err, events)
 }
 

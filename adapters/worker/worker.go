@@ -1,5 +1,6 @@
-// Package worker runs delivery attempts: for each work message it records the attempt's start,
-// calls the provider adapter, records the typed outcome, and only then acks the message.
+// Package worker runs delivery attempts: for each work message it checks the due time and the
+// limits, records the attempt's start, calls the provider adapter, records the typed outcome,
+// and only then acks the message.
 package worker
 
 import (
@@ -10,27 +11,45 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/metrics"
+	"github.com/deliveryledger/ledger/adapters/worker/limit"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// Worker handles the messages of one channel's work queue.
+// Commands are the use cases a worker drives.
+type Commands struct {
+	Start   *commands.StartAttemptHandler
+	Record  *commands.RecordOutcomeHandler
+	Defer   *commands.DeferAttemptHandler
+	Reroute *commands.RerouteHandler
+}
+
+// Worker handles the messages of one channel's work queues.
 type Worker struct {
-	start  *commands.StartAttemptHandler
-	record *commands.RecordOutcomeHandler
-	sender commands.Sender
-	logger *slog.Logger
+	cmds    Commands
+	sender  commands.Sender
+	limiter *limit.Limiter
+	metrics *metrics.Metrics
+	clock   commands.Clock
+	logger  *slog.Logger
 	// storeRetry is the first pause when the ledger cannot be written; it doubles up to 2 s.
 	storeRetry time.Duration
 }
 
-// New builds a worker.
-func New(start *commands.StartAttemptHandler, record *commands.RecordOutcomeHandler, sender commands.Sender, logger *slog.Logger) *Worker {
+// earlyTolerance is how early a message may arrive and still run: delay tiers round delays up,
+// so only a delay longer than the largest tier (or clock skew) arrives earlier than this.
+const earlyTolerance = 10 * time.Millisecond
+
+// New builds a worker. limiter and m may be nil (no limits, no metrics).
+func New(cmds Commands, sender commands.Sender, limiter *limit.Limiter, m *metrics.Metrics, clock commands.Clock, logger *slog.Logger) *Worker {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Worker{start: start, record: record, sender: sender, logger: logger, storeRetry: 50 * time.Millisecond}
+	return &Worker{cmds: cmds, sender: sender, limiter: limiter, metrics: m, clock: clock, logger: logger, storeRetry: 50 * time.Millisecond}
 }
 
 // Handle processes one message; it is an amqp.Handler.
@@ -42,10 +61,31 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 	}
 	log := w.logger.With("delivery", msg.DeliveryID, "attempt", msg.Attempt)
 
+	// A delay longer than the largest tier arrives early: send it round the tiers again.
+	if early := msg.DueAt.Sub(w.clock.Now()); early > earlyTolerance {
+		hop := uuid.NewSHA1(uuid.NameSpaceOID, []byte(d.Message.UUID+"/reroute")).String()
+		err := w.untilStored(ctx, 5, func() error {
+			return w.cmds.Reroute.Handle(ctx, commands.Reroute{Message: msg, MessageID: hop})
+		})
+		if err != nil {
+			log.Error("cannot reroute early message, requeueing", "err", err)
+			return amqp.Requeue
+		}
+		return amqp.Ack
+	}
+
+	if w.limiter != nil {
+		release, ok, retryIn, reason := w.limiter.Acquire(w.sender.Provider(), limit.HostOf(msg.Recipient))
+		if !ok {
+			return w.deferAttempt(ctx, log, msg, reason, retryIn)
+		}
+		defer release()
+	}
+
 	var decision commands.StartDecision
 	err = w.untilStored(ctx, 5, func() error {
 		var err error
-		decision, _, err = w.start.Handle(ctx, commands.StartAttempt{
+		decision, _, err = w.cmds.Start.Handle(ctx, commands.StartAttempt{
 			Message:              msg,
 			Redelivered:          d.Redelivered,
 			Provider:             w.sender.Provider(),
@@ -68,25 +108,64 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 	}
 
 	outcome := w.call(ctx, msg)
+	w.metrics.Attempt(msg.Channel, outcome.Provider, string(outcome.Kind), outcome.Latency)
 	var state domain.State
 	// The outcome is known only here: keep trying to record it rather than requeue, because a
 	// redelivered message would find the attempt started and could only record "unknown".
 	err = w.untilStored(ctx, 0, func() error {
 		var err error
-		state, err = w.record.Handle(ctx, commands.RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome})
+		state, err = w.cmds.Record.Handle(ctx, commands.RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome})
 		return err
 	})
 	if err != nil {
 		log.Error("cannot record outcome, requeueing", "outcome", outcome.Kind, "err", err)
 		return amqp.Requeue
 	}
+	w.observe(msg, outcome, state)
 	log.Debug("attempt recorded", "outcome", outcome.Kind, "state", state)
 	return amqp.Ack
+}
+
+// deferAttempt records that a limit held the attempt back and sends it through a delay tier.
+func (w *Worker) deferAttempt(ctx context.Context, log *slog.Logger, msg commands.WorkMessage, reason string, delay time.Duration) amqp.Verdict {
+	var deferred bool
+	err := w.untilStored(ctx, 5, func() error {
+		var err error
+		deferred, err = w.cmds.Defer.Handle(ctx, commands.DeferAttempt{Message: msg, Reason: reason, Delay: delay})
+		return err
+	})
+	if err != nil {
+		log.Error("cannot record deferral, requeueing", "err", err)
+		return amqp.Requeue
+	}
+	if deferred {
+		w.metrics.Deferred(msg.Channel)
+	}
+	return amqp.Ack
+}
+
+func (w *Worker) observe(msg commands.WorkMessage, o domain.Outcome, state domain.State) {
+	switch state {
+	case domain.StateDelivered:
+		if o.Kind == domain.OutcomeDelivered {
+			w.metrics.Delivered(msg.Channel, w.clock.Now().Sub(msg.AcceptedAt))
+		}
+	case domain.StateRetrying:
+		w.metrics.Retry(msg.Channel)
+	case domain.StateDead:
+		class := o.Class
+		if class == "" {
+			class = domain.ErrorClass(o.Kind)
+		}
+		w.metrics.Dead(msg.Channel, string(class))
+	}
 }
 
 // call runs the adapter, turning a panic into a permanent outcome with the panic recorded.
 func (w *Worker) call(ctx context.Context, msg commands.WorkMessage) (outcome domain.Outcome) {
 	started := time.Now()
+	w.metrics.InFlight(w.sender.Provider(), 1)
+	defer w.metrics.InFlight(w.sender.Provider(), -1)
 	defer func() {
 		if r := recover(); r != nil {
 			w.logger.Error("adapter panicked", "delivery", msg.DeliveryID, "panic", r, "stack", string(debug.Stack()))

@@ -1,0 +1,336 @@
+package httpapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// deliveryRequest is the body of POST /v1/deliveries.
+type deliveryRequest struct {
+	Channel     string          `json:"channel"`
+	Recipient   string          `json:"recipient"`
+	Payload     json.RawMessage `json:"payload"`
+	Priority    string          `json:"priority"`
+	MaxAttempts *int            `json:"max_attempts"`
+}
+
+// notificationRequest is the body of POST /v1/notifications.
+type notificationRequest struct {
+	Payload     json.RawMessage    `json:"payload"`
+	Recipients  []recipientRequest `json:"recipients"`
+	Priority    string             `json:"priority"`
+	MaxAttempts *int               `json:"max_attempts"`
+}
+
+type recipientRequest struct {
+	Channel   string `json:"channel"`
+	Recipient string `json:"recipient"`
+}
+
+// deliveryAccepted is the 202 answer of POST /v1/deliveries.
+type deliveryAccepted struct {
+	ID             string       `json:"id"`
+	NotificationID string       `json:"notification_id"`
+	State          domain.State `json:"state"`
+	Channel        string       `json:"channel"`
+	Recipient      string       `json:"recipient"`
+	AcceptedAt     time.Time    `json:"accepted_at"`
+}
+
+// notificationAccepted is the 202 answer of POST /v1/notifications.
+type notificationAccepted struct {
+	ID         string             `json:"id"`
+	Deliveries []acceptedDelivery `json:"deliveries"`
+	AcceptedAt time.Time          `json:"accepted_at"`
+}
+
+type acceptedDelivery struct {
+	ID        string       `json:"id"`
+	Channel   string       `json:"channel"`
+	Recipient string       `json:"recipient"`
+	State     domain.State `json:"state"`
+}
+
+func newNotificationAccepted(res commands.AcceptResult) notificationAccepted {
+	out := notificationAccepted{ID: res.NotificationID, AcceptedAt: storedPrecision(res.AcceptedAt),
+		Deliveries: make([]acceptedDelivery, len(res.Deliveries))}
+	for i, d := range res.Deliveries {
+		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: domain.StateAccepted}
+	}
+	return out
+}
+
+// storedPrecision rounds an acceptance time down to what PostgreSQL keeps (microseconds), so
+// the 202 answer shows the accepted_at that the status and audit endpoints will show later. The
+// accept command answers with its clock's full precision.
+func storedPrecision(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+// acceptDelivery is POST /v1/deliveries: a notification with exactly one recipient.
+func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant string) error {
+	key, body, err := s.readAccept(w, r)
+	if err != nil {
+		return err
+	}
+	var req deliveryRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	cmd, err := acceptCommand(req.Payload, req.Priority, req.MaxAttempts)
+	if err != nil {
+		return err
+	}
+	if err := s.checkRecipient("", req.Channel, req.Recipient); err != nil {
+		return err
+	}
+	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient}}
+	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
+	if err != nil {
+		return err
+	}
+	if len(res.Deliveries) != 1 {
+		return fmt.Errorf("accept answered %d deliveries for one recipient", len(res.Deliveries))
+	}
+	d := res.Deliveries[0]
+	w.Header().Set("Location", "/v1/deliveries/"+d.ID)
+	s.writeAccepted(w, r, res.Replayed, deliveryAccepted{ID: d.ID, NotificationID: res.NotificationID,
+		State: domain.StateAccepted, Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt)})
+	return nil
+}
+
+// acceptNotification is POST /v1/notifications: one payload fanned out to several recipients,
+// recorded all or nothing.
+func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tenant string) error {
+	key, body, err := s.readAccept(w, r)
+	if err != nil {
+		return err
+	}
+	var req notificationRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	cmd, err := acceptCommand(req.Payload, req.Priority, req.MaxAttempts)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(req.Recipients) == 0:
+		return invalid("recipients", "at least one recipient is required")
+	case len(req.Recipients) > maxRecipients:
+		return invalid("recipients", "at most %d recipients per notification, got %d", maxRecipients, len(req.Recipients))
+	}
+	// A delivery's id derives from (notification, channel, recipient): a repeated pair would be
+	// the same delivery twice, so it is refused rather than silently merged.
+	seen := make(map[recipientRequest]int, len(req.Recipients))
+	for i, rr := range req.Recipients {
+		prefix := fmt.Sprintf("recipients[%d]", i)
+		if err := s.checkRecipient(prefix+".", rr.Channel, rr.Recipient); err != nil {
+			return err
+		}
+		if first, dup := seen[rr]; dup {
+			return invalid(prefix, "repeats recipients[%d] (same channel and recipient)", first)
+		}
+		seen[rr] = i
+		cmd.Recipients = append(cmd.Recipients, commands.Recipient{Channel: rr.Channel, Recipient: rr.Recipient})
+	}
+	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
+	if err != nil {
+		return err
+	}
+	s.writeAccepted(w, r, res.Replayed, newNotificationAccepted(res))
+	return nil
+}
+
+// readAccept checks the headers of an accept request and reads its body, bounded.
+func (s *server) readAccept(w http.ResponseWriter, r *http.Request) (key string, body []byte, err error) {
+	key = r.Header.Get(headerIdempotencyKey)
+	switch {
+	case key == "":
+		return "", nil, invalid(headerIdempotencyKey, "the %s header is required on accept requests, so a retry cannot accept twice", headerIdempotencyKey)
+	case len(key) > maxIdempotencyKeyLen:
+		return "", nil, invalid(headerIdempotencyKey, "at most %d characters, got %d", maxIdempotencyKeyLen, len(key))
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+		return "", nil, &requestError{kind: errUnsupportedMediaType, field: "Content-Type",
+			detail: fmt.Sprintf("send application/json, not %q", ct)}
+	}
+	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return "", nil, err
+		}
+		return "", nil, invalid("", "reading the request body: %v", err)
+	}
+	return key, body, nil
+}
+
+// isJSON accepts application/json and the structured +json types (application/merge+json and
+// the like), with any parameters.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// acceptCommand validates the members both accept bodies share.
+func acceptCommand(payload json.RawMessage, priority string, maxAttempts *int) (commands.AcceptNotification, error) {
+	var cmd commands.AcceptNotification
+	p := bytes.TrimSpace(payload)
+	switch {
+	case len(p) == 0:
+		return cmd, invalid("payload", "is required")
+	case p[0] != '{':
+		// Workers and receivers address payload members by name; a bare value cannot grow
+		// new members later without breaking them.
+		return cmd, invalid("payload", "must be a JSON object")
+	}
+	cmd.Payload = p
+	cmd.Priority = domain.PriorityNormal
+	if priority != "" {
+		cmd.Priority = domain.Priority(priority)
+		if !cmd.Priority.Valid() {
+			return cmd, invalid("priority", "must be high, normal or low, got %q", priority)
+		}
+	}
+	if maxAttempts != nil {
+		if *maxAttempts < 1 {
+			return cmd, invalid("max_attempts", "must be at least 1, got %d", *maxAttempts)
+		}
+		cmd.MaxAttempts = *maxAttempts
+	}
+	return cmd, nil
+}
+
+// checkRecipient validates one (channel, recipient) pair; prefix locates it in the body.
+func (s *server) checkRecipient(prefix, channel, recipient string) error {
+	validate, ok := s.cfg.Channels[channel]
+	switch {
+	case channel == "":
+		return invalid(prefix+"channel", "is required; one of: %s", s.channels)
+	case !ok:
+		return invalid(prefix+"channel", "unknown channel %q; one of: %s", channel, s.channels)
+	case recipient == "":
+		return invalid(prefix+"recipient", "is required")
+	}
+	if err := validate(recipient); err != nil {
+		return invalid(prefix+"recipient", "%v", err)
+	}
+	return nil
+}
+
+// accept runs the accept command under the request's fingerprint.
+func (s *server) accept(r *http.Request, tenant, key string, body []byte, cmd commands.AcceptNotification, hasMaxAttempts bool) (commands.AcceptResult, error) {
+	cmd.Tenant, cmd.RequestKey, cmd.RequestHash = tenant, key, requestHash(r.Method, r.URL.Path, body)
+	res, err := s.deps.Accept.Handle(r.Context(), cmd)
+	if err != nil && hasMaxAttempts && errors.Is(err, domain.ErrInvalidDelivery) {
+		// Every other rule of the aggregate was checked above; the one the handler adds is the
+		// server's maximum number of attempts, so this is the member at fault.
+		return res, invalid("max_attempts", "%v", err)
+	}
+	return res, err
+}
+
+// requestHash fingerprints an accept request for the Idempotency-Key contract. It covers method
+// and path as well as the raw body bytes, so the same key sent to the other accept endpoint is a
+// different request (422), not a replay of the first.
+func requestHash(method, path string, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(method + path + "\n"))
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// writeAccepted answers 202: the work is recorded, not done. A replay says so in a header and
+// otherwise gives the first answer unchanged.
+func (s *server) writeAccepted(w http.ResponseWriter, r *http.Request, replayed bool, v any) {
+	if replayed {
+		w.Header().Set(headerIdempotentReplayed, "true")
+	}
+	s.writeJSON(w, r, http.StatusAccepted, v)
+}
+
+// decodeJSON decodes exactly one JSON object into v, refusing unknown members: a misspelt
+// optional member ("max_attempt") would otherwise be dropped without a word.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonProblem(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("", "the body must hold one JSON object and nothing after it")
+	}
+	return nil
+}
+
+// jsonProblem turns a decoding error into a 400 that names the member when it can.
+func jsonProblem(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("", "the request body is empty; send a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "malformed JSON: the body ends in the middle of a value")
+	case errors.As(err, &syntax):
+		return invalid("", "malformed JSON at byte %d: %v", syntax.Offset, syntax)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return invalid("", "the body must be a JSON object, not %s", typ.Value)
+		}
+		return invalid(typ.Field, "must be %s, not %s", jsonKind(typ.Type), typ.Value)
+	}
+	// encoding/json reports an unknown member only as text.
+	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		name = strings.TrimSuffix(name, `"`)
+		return invalid(name, "unknown member %q", name)
+	}
+	return invalid("", "malformed JSON: %v", err)
+}
+
+// jsonKind names a Go type the way the API's documentation does.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "a " + t.String()
+}
+
+// writeJSON answers with v as JSON. v is built from our own types, so a marshal failure is a
+// programming error answered with 500.
+func (s *server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		w.Header().Del("Location")
+		w.Header().Del(headerIdempotentReplayed)
+		s.writeProblem(w, r, fmt.Errorf("encode response: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,164 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// DefaultMaxBodyBytes bounds a request body when Config.MaxBodyBytes is zero. One MiB holds a
+// generous notification payload fanned out to the maximum number of recipients, and keeps a
+// single request from tying up a large amount of server memory.
+const DefaultMaxBodyBytes int64 = 1 << 20
+
+// maxRecipients bounds a fan-out: every recipient is an event and an outbox row written in one
+// transaction, and that transaction must stay short enough not to stall the group of appends
+// it shares the database with.
+const maxRecipients = 1000
+
+// maxIdempotencyKeyLen is the longest Idempotency-Key we store; longer keys are almost always a
+// client putting a whole body or token in the header by mistake.
+const maxIdempotencyKeyLen = 255
+
+// Config configures the HTTP API.
+type Config struct {
+	// APIKeys maps a bearer key to the tenant it authenticates (see ParseAPIKeys). A request
+	// under /v1 without one of these keys gets 401. An empty map is allowed, so a server
+	// started without keys is still up for health checks, but it refuses every /v1 request.
+	APIKeys map[string]string
+	// MaxBodyBytes bounds a request body; a larger one gets 413. Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Channels lists the channels the API accepts, each with the check its recipients must
+	// pass (ValidateWebhookURL for webhooks). A request naming another channel gets 400: we
+	// refuse at the door what no worker could ever deliver.
+	Channels map[string]func(recipient string) error
+}
+
+// Validate reports every problem of the configuration at once, so an operator fixes them in
+// one round instead of one per restart.
+func (c Config) Validate() error {
+	var problems []error
+	if c.MaxBodyBytes < 0 {
+		problems = append(problems, fmt.Errorf("max body bytes must not be negative, got %d", c.MaxBodyBytes))
+	}
+	if len(c.Channels) == 0 {
+		problems = append(problems, errors.New("no channels configured: every accept request would be refused"))
+	}
+	for name, validate := range c.Channels {
+		if name == "" {
+			problems = append(problems, errors.New("a channel has an empty name"))
+		}
+		if validate == nil {
+			problems = append(problems, fmt.Errorf("channel %q has no recipient validator", name))
+		}
+	}
+	for key, tenant := range c.APIKeys {
+		if key == "" || tenant == "" {
+			problems = append(problems, errors.New("an API key or its tenant is empty"))
+			break
+		}
+	}
+	return errors.Join(problems...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return c
+}
+
+// Deps are the application services the API calls.
+type Deps struct {
+	// Accept records accept requests; required.
+	Accept *commands.AcceptHandler
+	// Events reads delivery streams for the status and audit endpoints; required.
+	Events commands.EventStore
+	// Requests looks up the stored answer of an accept request by Idempotency-Key, for
+	// GET /v1/requests/{key}. Optional: when nil, that route does not exist.
+	Requests RequestLookup
+	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
+	// always ready.
+	Ready func(ctx context.Context) error
+}
+
+// RequestLookup returns the stored answer of the accept request a tenant made under an
+// Idempotency-Key, or commands.ErrNotFound. postgres.EventStore implements it.
+type RequestLookup interface {
+	RequestLookup(ctx context.Context, tenant, requestKey string) ([]byte, error)
+}
+
+// Validate reports every missing dependency at once.
+func (d Deps) Validate() error {
+	var problems []error
+	if d.Accept == nil {
+		problems = append(problems, errors.New("http api: no accept handler"))
+	}
+	if d.Events == nil {
+		problems = append(problems, errors.New("http api: no event store"))
+	}
+	return errors.Join(problems...)
+}
+
+// ParseAPIKeys parses LEDGER_API_KEYS, "tenant:key,tenant2:key2", into a map from key to
+// tenant, the direction a request is looked up in. A tenant may hold several keys (so a key can
+// be rotated without downtime), but a key names one tenant only: a duplicate key is refused,
+// because it would make one tenant's requests land in another's ledger. An empty string gives
+// an empty map.
+func ParseAPIKeys(s string) (map[string]string, error) {
+	keys := make(map[string]string)
+	if strings.TrimSpace(s) == "" {
+		return keys, nil
+	}
+	var problems []error
+	for i, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		tenant, key, ok := strings.Cut(pair, ":")
+		tenant, key = strings.TrimSpace(tenant), strings.TrimSpace(key)
+		switch {
+		case pair == "":
+			problems = append(problems, fmt.Errorf("api key pair %d is empty", i+1))
+		case !ok:
+			problems = append(problems, fmt.Errorf("api key pair %d is not tenant:key", i+1))
+		case tenant == "":
+			problems = append(problems, fmt.Errorf("api key pair %d has an empty tenant", i+1))
+		case key == "":
+			problems = append(problems, fmt.Errorf("api key pair %d (tenant %q) has an empty key", i+1, tenant))
+		default:
+			if other, dup := keys[key]; dup {
+				// The key itself is a secret: name the pair and the tenants, never the key.
+				problems = append(problems, fmt.Errorf("api key pair %d (tenant %q) repeats the key of tenant %q", i+1, tenant, other))
+				continue
+			}
+			keys[key] = tenant
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// ValidateWebhookURL checks a webhook recipient at acceptance: an absolute http or https URL
+// with a host. It does not resolve the host: whether the address is allowed is the webhook
+// sender's SSRF guard's decision at send time, when DNS gives the address actually dialled.
+func ValidateWebhookURL(recipient string) error {
+	u, err := url.Parse(recipient)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme == "" {
+		return errors.New("must be an absolute http or https URL, not a relative reference")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("must be an absolute http or https URL, got scheme %q", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return errors.New("must be an absolute http or https URL with a host")
+	}
+	return nil
+}

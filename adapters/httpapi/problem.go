@@ -1,0 +1,129 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// Kinds of failure the API itself detects. Handlers return them (usually inside a
+// *requestError that names the field); problemFor turns them into a status.
+var (
+	errInvalid              = errors.New("invalid request")
+	errUnauthenticated      = errors.New("missing or unknown bearer key")
+	errUnsupportedMediaType = errors.New("unsupported media type")
+	errRouteNotFound        = errors.New("no such resource")
+	errMethodNotAllowed     = errors.New("method not allowed")
+	errNotReady             = errors.New("not ready")
+)
+
+// requestError is a failure the caller can fix. kind selects the status, field names what is at
+// fault (a JSON member such as "recipients[1].channel", or a header such as
+// "Idempotency-Key"), and detail tells the caller what to change.
+type requestError struct {
+	kind   error
+	field  string
+	detail string
+}
+
+func (e *requestError) Error() string {
+	if e.field == "" {
+		return e.detail
+	}
+	return e.field + ": " + e.detail
+}
+
+func (e *requestError) Unwrap() error { return e.kind }
+
+// invalid is a 400 about one field (or the whole body when field is empty).
+func invalid(field, format string, args ...any) error {
+	return &requestError{kind: errInvalid, field: field, detail: fmt.Sprintf(format, args...)}
+}
+
+// problem is an RFC 9457 problem detail. The type is always about:blank: the status and the
+// field member carry what a client branches on, and we publish no problem-type documents that
+// a URI could point at.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Field  string `json:"field,omitempty"`
+}
+
+// problemFor is the one place that chooses an HTTP status for an error.
+//
+// Every input the caller can correct (malformed JSON, unknown members, a value out of range,
+// a missing header) is 400. We do not use 422 for semantically wrong values: 422 has one meaning
+// in this API, the Idempotency-Key contract's "this key was used with a different request", so a
+// client tells a bad body from a reused key by the status alone.
+func problemFor(err error) problem {
+	p := problem{Type: "about:blank", Detail: err.Error()}
+	var re *requestError
+	if errors.As(err, &re) {
+		p.Field, p.Detail = re.field, re.detail
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		p.Status = http.StatusRequestEntityTooLarge
+		p.Detail = fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit)
+	case errors.Is(err, errInvalid), errors.Is(err, domain.ErrInvalidDelivery):
+		p.Status = http.StatusBadRequest
+	case errors.Is(err, errUnauthenticated):
+		p.Status = http.StatusUnauthorized
+	case errors.Is(err, commands.ErrNotFound):
+		// Fixed text: the same answer for "no such id" and "another tenant's id".
+		p.Status, p.Detail = http.StatusNotFound, "no delivery with this id"
+	case errors.Is(err, errRouteNotFound):
+		p.Status = http.StatusNotFound
+	case errors.Is(err, errMethodNotAllowed):
+		p.Status = http.StatusMethodNotAllowed
+	case errors.Is(err, commands.ErrRequestInFlight):
+		// Fixed text: the store's error may carry database detail.
+		p.Status, p.Field = http.StatusConflict, headerIdempotencyKey
+		p.Detail = "a request with this Idempotency-Key is still being processed; retry later"
+	case errors.Is(err, errUnsupportedMediaType):
+		p.Status = http.StatusUnsupportedMediaType
+	case errors.Is(err, commands.ErrRequestMismatch):
+		p.Status, p.Field = http.StatusUnprocessableEntity, headerIdempotencyKey
+		p.Detail = "this Idempotency-Key was used with a different request (method, path or body)"
+	case errors.Is(err, errNotReady):
+		p.Status = http.StatusServiceUnavailable
+	default:
+		// Never echo an unexpected error: it may name tables, hosts or data. It is logged.
+		p.Status, p.Field = http.StatusInternalServerError, ""
+		p.Detail = "internal error; the server log has the cause"
+	}
+	p.Title = http.StatusText(p.Status)
+	return p
+}
+
+// writeProblem answers with the problem for err, plus the headers its status calls for.
+func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	if p.Status >= http.StatusInternalServerError && p.Status != http.StatusServiceUnavailable {
+		s.logger.ErrorContext(r.Context(), "http request failed",
+			"method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
+	}
+	switch p.Status {
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
+	case http.StatusConflict:
+		// The first request is usually done within a second; tell well-behaved clients so.
+		w.Header().Set("Retry-After", "1")
+	}
+	body, merr := json.Marshal(p)
+	if merr != nil {
+		// A problem is strings and an int: this cannot fail.
+		panic(fmt.Sprintf("encode problem: %v", merr))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,247 @@
+// Package httpapi is the ledger's HTTP adapter: it authenticates a tenant by bearer key, turns
+// JSON requests into commands, and renders delivery streams as status and audit documents. It
+// decides nothing about deliveries itself; the commands and the domain do.
+//
+// Endpoints:
+//
+//	POST /v1/deliveries                 accept one delivery (Idempotency-Key required) → 202
+//	POST /v1/notifications              accept one notification for up to 1000 recipients, atomically → 202
+//	GET  /v1/deliveries/{id}            status, folded from the delivery's events
+//	GET  /v1/deliveries/{id}/events     audit: every event, in version order, with the state it led to
+//	GET  /v1/requests/{key}             the answer an accept request under this Idempotency-Key got
+//	GET  /healthz, GET /readyz          liveness, readiness
+//
+// Every error is an RFC 9457 application/problem+json document whose field member names the
+// offending JSON member or header when one is at fault. Status codes:
+//
+//	400  the caller can fix the request: malformed JSON, an unknown member, a missing or
+//	     out-of-range value, a missing or too long Idempotency-Key. Semantically wrong values
+//	     (unknown channel, invalid recipient, payload not an object) are 400 too, never 422.
+//	401  missing or unknown bearer key (with WWW-Authenticate: Bearer)
+//	404  unknown route, or a delivery that does not exist or belongs to another tenant (the two
+//	     are indistinguishable on purpose)
+//	405  known route, other method
+//	409  a request with the same Idempotency-Key is still in flight
+//	413  body larger than Config.MaxBodyBytes
+//	415  a Content-Type other than JSON
+//	422  the Idempotency-Key was used before with a different request
+//	503  /readyz: a dependency is down
+//
+// Idempotency: a request is identified by its tenant and Idempotency-Key, and fingerprinted by
+// sha256(method + path + "\n" + body bytes). A repeat with the same fingerprint gets the first
+// answer again (same ids, 202, Idempotent-Replayed: true); the same key on the other accept
+// endpoint, or with another body, is a different request and gets 422.
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+)
+
+// readyTimeout bounds a readiness check, so a hung database makes /readyz answer 503 in time for
+// the orchestrator's probe instead of timing out without an answer.
+const readyTimeout = 2 * time.Second
+
+// Header names of the idempotency contract.
+const (
+	headerIdempotencyKey     = "Idempotency-Key"
+	headerIdempotentReplayed = "Idempotent-Replayed"
+)
+
+type server struct {
+	cfg    Config
+	deps   Deps
+	logger *slog.Logger
+	// keys maps sha256(bearer key) to tenant: looking up a hash rather than the key keeps the
+	// lookup's timing independent of how much of a guessed key is right.
+	keys     map[[sha256.Size]byte]string
+	channels string // the known channel names, for error details
+	mux      *http.ServeMux
+}
+
+// New builds the API handler. It logs every request at debug level and turns a panic in a
+// handler into a 500 problem, so one bad request never takes the process down.
+func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("http api config: %w", err)
+	}
+	if err := deps.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{cfg: cfg.withDefaults(), deps: deps, logger: logger, mux: http.NewServeMux()}
+	s.keys = make(map[[sha256.Size]byte]string, len(cfg.APIKeys))
+	for key, tenant := range cfg.APIKeys {
+		s.keys[sha256.Sum256([]byte(key))] = tenant
+	}
+	if len(s.keys) == 0 {
+		logger.Warn("no API keys configured: every /v1 request will get 401")
+	}
+	names := make([]string, 0, len(cfg.Channels))
+	for name := range cfg.Channels {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	s.channels = strings.Join(names, ", ")
+
+	s.mux.HandleFunc("POST /v1/deliveries", s.tenantOnly(s.acceptDelivery))
+	s.mux.HandleFunc("POST /v1/notifications", s.tenantOnly(s.acceptNotification))
+	s.mux.HandleFunc("GET /v1/deliveries/{id}", s.tenantOnly(s.deliveryStatus))
+	s.mux.HandleFunc("GET /v1/deliveries/{id}/events", s.tenantOnly(s.deliveryEvents))
+	if deps.Requests != nil {
+		s.mux.HandleFunc("GET /v1/requests/{key}", s.tenantOnly(s.requestAnswer))
+	}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	return s, nil
+}
+
+// ServeHTTP recovers panics and logs the request around the routing.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.logger.ErrorContext(r.Context(), "panic in http handler",
+				"method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			if sw.status != 0 {
+				// Part of an answer is out: abort the connection, so the client sees a broken
+				// response rather than one that looks complete.
+				panic(http.ErrAbortHandler)
+			}
+			s.writeProblem(sw, r, fmt.Errorf("panic: %v", v))
+		}
+		s.logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.Path,
+			"status", sw.status, "duration", time.Since(start))
+	}()
+	s.route(sw, r)
+}
+
+// route serves r through the mux, but answers unknown routes and wrong methods with problems
+// instead of the mux's plain-text pages.
+func (s *server) route(w http.ResponseWriter, r *http.Request) {
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		// No pattern: the mux would answer 404, 405 or a path-cleaning redirect. Let it decide
+		// on a probe, keep its Allow header, and write the problem ourselves.
+		probe := &probeWriter{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		switch probe.status {
+		case http.StatusNotFound:
+			s.writeProblem(w, r, &requestError{kind: errRouteNotFound,
+				detail: fmt.Sprintf("no resource at %s", r.URL.Path)})
+			return
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			s.writeProblem(w, r, &requestError{kind: errMethodNotAllowed,
+				detail: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, probe.header.Get("Allow"))})
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// tenantHandler is a /v1 handler: it runs for an authenticated tenant and returns an error
+// instead of writing one, so the status of every failure is chosen in problemFor.
+type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string) error
+
+// tenantOnly authenticates the bearer key before h runs.
+func (s *server) tenantOnly(h tenantHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tenant, err := s.authenticate(r)
+		if err == nil {
+			err = h(w, r, tenant)
+		}
+		if err != nil {
+			s.writeProblem(w, r, err)
+		}
+	}
+}
+
+// authenticate returns the tenant of the request's bearer key.
+func (s *server) authenticate(r *http.Request) (string, error) {
+	scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+		return "", &requestError{kind: errUnauthenticated, field: "Authorization",
+			detail: "send Authorization: Bearer <api key>"}
+	}
+	tenant, ok := s.keys[sha256.Sum256([]byte(strings.TrimSpace(key)))]
+	if !ok {
+		return "", &requestError{kind: errUnauthenticated, field: "Authorization", detail: "unknown API key"}
+	}
+	return tenant, nil
+}
+
+// healthz is liveness: the process serves HTTP. It checks nothing else on purpose: a database
+// outage must not make the orchestrator restart every API process.
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is readiness: the dependencies a request needs answer, so traffic may be sent here.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := s.deps.Ready(ctx); err != nil {
+			s.logger.WarnContext(r.Context(), "not ready", "err", err)
+			s.writeProblem(w, r, fmt.Errorf("%w: %w", errNotReady, err))
+			return
+		}
+	}
+	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// statusWriter remembers the status written, for the request log and for the panic handler
+// (which must not write a second status line).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// probeWriter records what the mux's fallback handlers would answer and discards the body.
+type probeWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *probeWriter) Header() http.Header { return w.header }
+
+func (w *probeWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *probeWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(b), nil
+}

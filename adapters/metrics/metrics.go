@@ -1,0 +1,181 @@
+// Package metrics defines the ledger's Prometheus metrics, in one place, with their names and
+// labels in Prometheus conventions. Components receive a *Metrics and record into it; a nil
+// *Metrics records nothing, so tests can leave it out.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds every collector.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	accepts          *prometheus.CounterVec
+	attempts         *prometheus.CounterVec
+	retries          *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
+	deferrals        *prometheus.CounterVec
+	attemptLatency   *prometheus.HistogramVec
+	deliveredLatency *prometheus.HistogramVec
+	inFlight         *prometheus.GaugeVec
+	relayLag         prometheus.Histogram
+	relayPublished   prometheus.Counter
+	queueDepth       *prometheus.GaugeVec
+	oldestWaiting    *prometheus.GaugeVec
+}
+
+// latencyBuckets span a fast local call to a slow provider.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// deliveryBuckets span accept → delivered, which includes retries.
+var deliveryBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// New registers every collector (and the Go and process collectors) on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		accepts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_accepted_deliveries_total",
+			Help: "Deliveries accepted (committed with their outbox message), by channel and priority.",
+		}, []string{"channel", "priority"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_attempts_total",
+			Help: "Delivery attempts by channel, provider and outcome (delivered, transient, permanent, unknown).",
+		}, []string{"channel", "provider", "outcome"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_retries_scheduled_total",
+			Help: "Retries scheduled after a transient failure, by channel.",
+		}, []string{"channel"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_dead_letters_total",
+			Help: "Deliveries that went dead, by channel and failure class.",
+		}, []string{"channel", "class"}),
+		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_deferrals_total",
+			Help: "Attempts held back by a rate limit or concurrency cap (no attempt consumed), by channel.",
+		}, []string{"channel"}),
+		attemptLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ledger_attempt_duration_seconds",
+			Help:    "Duration of one provider call, by channel and provider.",
+			Buckets: latencyBuckets,
+		}, []string{"channel", "provider"}),
+		deliveredLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ledger_accept_to_delivered_seconds",
+			Help:    "Time from acceptance to the recorded delivery, by channel.",
+			Buckets: deliveryBuckets,
+		}, []string{"channel"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_provider_in_flight",
+			Help: "Provider calls in flight, by provider.",
+		}, []string{"provider"}),
+		relayLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ledger_relay_lag_seconds",
+			Help:    "Time from the outbox commit to the broker's confirm.",
+			Buckets: latencyBuckets,
+		}),
+		relayPublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ledger_relay_published_total",
+			Help: "Outbox messages the relay published and the broker confirmed.",
+		}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_queue_messages",
+			Help: "Messages ready in a broker queue (work, delay tier or dead), by queue.",
+		}, []string{"queue"}),
+		oldestWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_oldest_waiting_delivery_age_seconds",
+			Help: "Age of the oldest delivery accepted or queued and not yet started, by channel.",
+		}, []string{"channel"}),
+	}
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.accepts, m.attempts, m.retries, m.deadLetters, m.deferrals, m.attemptLatency,
+		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// Accepted counts accepted deliveries.
+func (m *Metrics) Accepted(channel, priority string, n int) {
+	if m != nil {
+		m.accepts.WithLabelValues(channel, priority).Add(float64(n))
+	}
+}
+
+// Attempt records one provider call.
+func (m *Metrics) Attempt(channel, provider, outcome string, d time.Duration) {
+	if m != nil {
+		m.attempts.WithLabelValues(channel, provider, outcome).Inc()
+		m.attemptLatency.WithLabelValues(channel, provider).Observe(d.Seconds())
+	}
+}
+
+// Retry counts a scheduled retry.
+func (m *Metrics) Retry(channel string) {
+	if m != nil {
+		m.retries.WithLabelValues(channel).Inc()
+	}
+}
+
+// Dead counts a delivery that went dead.
+func (m *Metrics) Dead(channel, class string) {
+	if m != nil {
+		m.deadLetters.WithLabelValues(channel, class).Inc()
+	}
+}
+
+// Deferred counts an attempt held back by a limit.
+func (m *Metrics) Deferred(channel string) {
+	if m != nil {
+		m.deferrals.WithLabelValues(channel).Inc()
+	}
+}
+
+// Delivered records accept → delivered latency.
+func (m *Metrics) Delivered(channel string, sinceAccept time.Duration) {
+	if m != nil {
+		m.deliveredLatency.WithLabelValues(channel).Observe(sinceAccept.Seconds())
+	}
+}
+
+// InFlight moves the in-flight gauge of a provider by delta.
+func (m *Metrics) InFlight(provider string, delta int) {
+	if m != nil {
+		m.inFlight.WithLabelValues(provider).Add(float64(delta))
+	}
+}
+
+// Relayed records one confirmed relay publish and its lag from the outbox commit.
+func (m *Metrics) Relayed(lag time.Duration) {
+	if m != nil {
+		m.relayPublished.Inc()
+		if lag >= 0 {
+			m.relayLag.Observe(lag.Seconds())
+		}
+	}
+}
+
+// QueueDepth sets a queue's ready message count.
+func (m *Metrics) QueueDepth(queue string, n int) {
+	if m != nil {
+		m.queueDepth.WithLabelValues(queue).Set(float64(n))
+	}
+}
+
+// OldestWaiting sets the age of the oldest waiting delivery of a channel.
+func (m *Metrics) OldestWaiting(channel string, age time.Duration) {
+	if m != nil {
+		m.oldestWaiting.WithLabelValues(channel).Set(age.Seconds())
+	}
+}

@@ -1,0 +1,227 @@
+package limit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Defaults used by DefaultConfig.
+const (
+	// DefaultWebhookConcurrency caps the webhook calls one process has in flight. It is far above
+	// the default worker concurrency (16 per channel), so out of the box it never refuses; it is a
+	// ceiling for operators who raise worker concurrency, so that the webhook provider alone
+	// cannot exhaust the process's sockets and file descriptors.
+	DefaultWebhookConcurrency = 256
+	// DefaultHostConcurrency caps the calls in flight to one destination host. It is the whole
+	// point of the package: a receiver that hangs until the webhook timeout holds at most this
+	// many worker slots, and the others keep delivering to healthy hosts.
+	DefaultHostConcurrency = 8
+	// DefaultHostRate is zero (no rate limit per host) on purpose. What rate a receiver accepts is
+	// a contract we cannot guess; a global default would throttle healthy high-volume receivers,
+	// while the concurrency cap already bounds what a slow host costs us (a host answering in d
+	// seconds gets at most DefaultHostConcurrency/d calls per second). Operators set rates per host
+	// in Config.Hosts when a receiver publishes one.
+	DefaultHostRate = 0
+)
+
+// ProviderWebhook is the provider name the webhook adapter reports (webhook.ProviderName). It is
+// repeated here rather than imported so that this package depends on no provider adapter.
+const ProviderWebhook = "webhook"
+
+// Rule limits one provider or one destination host. The zero Rule limits nothing, which is how
+// Hosts exempts a trusted host from DefaultHost.
+type Rule struct {
+	// Concurrency is the most calls in flight at once; 0 means unlimited. It is what protects
+	// worker slots from a slow destination.
+	Concurrency int
+	// Rate is the token bucket's refill per second; 0 means unlimited. It protects a destination
+	// that publishes a request rate, whatever its latency.
+	Rate float64
+	// Burst is the bucket size, the calls that may start back to back after an idle period. Zero
+	// means max(1, ceil(Rate)), one second's worth, when Rate > 0. It must be zero when Rate is
+	// zero, because a burst without a rate limits nothing and is most likely a typo.
+	Burst int
+}
+
+// limits reports whether the rule can refuse anything; a rule that cannot needs no state.
+func (r Rule) limits() bool {
+	return r.Concurrency > 0 || r.Rate > 0
+}
+
+// withDefaults fills in the burst the way the Burst field documents.
+func (r Rule) withDefaults() Rule {
+	if r.Rate > 0 && r.Burst == 0 {
+		r.Burst = max(1, int(math.Ceil(r.Rate)))
+	}
+	return r
+}
+
+// validate returns every problem of the rule, each prefixed by what names it, so that an
+// operator sees which of many rules is wrong.
+func (r Rule) validate(name string) []error {
+	var problems []error
+	if r.Concurrency < 0 {
+		problems = append(problems, fmt.Errorf("%s: concurrency must not be negative, got %d", name, r.Concurrency))
+	}
+	switch {
+	case math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0):
+		// Infinity is not "unlimited" here: zero is, and accepting both would give two spellings.
+		problems = append(problems, fmt.Errorf("%s: rate must be a finite number, got %v", name, r.Rate))
+	case r.Rate < 0:
+		problems = append(problems, fmt.Errorf("%s: rate must not be negative, got %v", name, r.Rate))
+	case r.Rate > 0 && math.Ceil(r.Rate) > math.MaxInt32:
+		// The default burst is ceil(Rate) tokens; beyond this the conversion to int is unsafe and
+		// the rate is meaningless anyway.
+		problems = append(problems, fmt.Errorf("%s: rate %v is too large", name, r.Rate))
+	}
+	if r.Burst < 0 {
+		problems = append(problems, fmt.Errorf("%s: burst must not be negative, got %d", name, r.Burst))
+	}
+	if r.Burst > 0 && r.Rate == 0 {
+		problems = append(problems, fmt.Errorf("%s: burst %d has no effect without a rate", name, r.Burst))
+	}
+	return problems
+}
+
+// Config sets the limits a Limiter enforces. A call must pass both its provider's rule and its
+// destination host's rule. The limits are per process: each ledger process counts only its own
+// calls, so the cluster-wide figure is the per-process one times the number of processes.
+type Config struct {
+	// Providers holds a rule per provider name ("webhook"). A provider without an entry is
+	// unlimited, but its calls are still counted for InFlight.
+	Providers map[string]Rule
+	// DefaultHost applies to every destination host without an entry in Hosts. Each host gets its
+	// own counters and bucket: the rule is a template, not a shared budget.
+	DefaultHost Rule
+	// Hosts overrides DefaultHost for the hosts it names. Keys are written the way HostOf returns
+	// hosts (lowercase, non-default port kept: "api.example.com", "example.com:8443"); New
+	// lowercases them so that a capital letter does not silently disable an override. It is the
+	// parsed form of an environment variable (see ParseHostRules).
+	Hosts map[string]Rule
+}
+
+// DefaultConfig returns the limits a process runs with unless configured otherwise: webhook
+// calls capped at DefaultWebhookConcurrency with no rate limit, and every destination host capped
+// at DefaultHostConcurrency calls in flight with no rate limit (see the constants for why).
+func DefaultConfig() Config {
+	return Config{
+		Providers:   map[string]Rule{ProviderWebhook: {Concurrency: DefaultWebhookConcurrency}},
+		DefaultHost: Rule{Concurrency: DefaultHostConcurrency, Rate: DefaultHostRate},
+	}
+}
+
+// Validate reports every problem of the configuration at once, so an operator fixes them in one
+// round instead of one per restart.
+func (c Config) Validate() error {
+	var problems []error
+	for name, r := range c.Providers {
+		if name == "" {
+			problems = append(problems, errors.New("provider rule with an empty provider name"))
+		}
+		problems = append(problems, r.validate(fmt.Sprintf("provider %q", name))...)
+	}
+	problems = append(problems, c.DefaultHost.validate("default host")...)
+	seen := make(map[string]string, len(c.Hosts))
+	for host, r := range c.Hosts {
+		key := canonicalHost(host)
+		if key == "" {
+			problems = append(problems, fmt.Errorf("host rule with an empty host %q", host))
+		}
+		if other, dup := seen[key]; dup {
+			// Two keys that differ only in case or a trailing dot name one host; which rule would
+			// win depends on map order, so refuse rather than guess.
+			problems = append(problems, fmt.Errorf("host rules %q and %q name the same host", other, host))
+		}
+		seen[key] = host
+		problems = append(problems, r.validate(fmt.Sprintf("host %q", host))...)
+	}
+	return errors.Join(problems...)
+}
+
+// ParseHostRules parses per-host rules from one string, the format of an environment variable:
+// comma-separated items "host=concurrency:rate:burst", where rate and burst may be left out
+// ("host=4") and an empty field means zero ("host=:5" is a rate of 5/s with no concurrency cap;
+// "host=0" exempts host from DefaultHost). Empty items are skipped so that a trailing comma is
+// harmless; an empty string gives nil. Every bad item is reported, joined into one error.
+func ParseHostRules(s string) (map[string]Rule, error) {
+	var (
+		rules    map[string]Rule
+		problems []error
+	)
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		host, spec, found := strings.Cut(item, "=")
+		host = canonicalHost(strings.TrimSpace(host))
+		if !found {
+			problems = append(problems, fmt.Errorf("host rule %q: want host=concurrency[:rate[:burst]]", item))
+			continue
+		}
+		if host == "" {
+			problems = append(problems, fmt.Errorf("host rule %q: empty host", item))
+			continue
+		}
+		r, err := parseRule(spec)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("host rule %q: %w", item, err))
+			continue
+		}
+		if errs := r.validate(fmt.Sprintf("host rule %q", item)); len(errs) > 0 {
+			problems = append(problems, errs...)
+			continue
+		}
+		if _, dup := rules[host]; dup {
+			problems = append(problems, fmt.Errorf("host rule %q: host %s given twice", item, host))
+			continue
+		}
+		if rules == nil {
+			rules = make(map[string]Rule)
+		}
+		rules[host] = r
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, err
+	}
+	return rules, nil
+}
+
+// parseRule parses "concurrency[:rate[:burst]]"; it checks syntax only, validate checks values.
+func parseRule(spec string) (Rule, error) {
+	fields := strings.Split(spec, ":")
+	if len(fields) > 3 {
+		return Rule{}, fmt.Errorf("%d fields, want at most 3 (concurrency:rate:burst)", len(fields))
+	}
+	if strings.TrimSpace(spec) == "" {
+		return Rule{}, errors.New("empty rule, want concurrency[:rate[:burst]] (0 for no limit)")
+	}
+	var (
+		r   Rule
+		err error
+	)
+	for i, f := range fields {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		switch i {
+		case 0:
+			if r.Concurrency, err = strconv.Atoi(f); err != nil {
+				return Rule{}, fmt.Errorf("concurrency %q is not an integer", f)
+			}
+		case 1:
+			if r.Rate, err = strconv.ParseFloat(f, 64); err != nil {
+				return Rule{}, fmt.Errorf("rate %q is not a number", f)
+			}
+		case 2:
+			if r.Burst, err = strconv.Atoi(f); err != nil {
+				return Rule{}, fmt.Errorf("burst %q is not an integer", f)
+			}
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,250 @@
+// Package limit applies backpressure at the boundary between workers and providers, so that a
+// slow provider or destination cannot take every worker slot.
+//
+// Before an attempt the worker asks a Limiter for permission for (provider, destination host).
+// The answer is immediate: when it is no, the worker re-queues the message with the suggested
+// delay, without starting an attempt, instead of holding its slot while it waits. A slot held in
+// waiting is exactly the harm the limiter exists to prevent.
+//
+// Limits are per process (each process counts its own calls), in memory, and forgotten on
+// restart; they protect this process's workers and spread load, they are not a cluster-wide quota.
+package limit
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// ConcurrencyRetryAfter is the delay Acquire suggests when a concurrency cap refuses. A slot
+// frees when some call in flight ends, which cannot be predicted, so the delay is fixed. Half a
+// second keeps a message for a saturated host from cycling through the broker more than twice a
+// second (a slow host's calls last seconds, up to the webhook timeout), while a slot freed by a
+// fast provider is not left idle for long.
+const ConcurrencyRetryAfter = 500 * time.Millisecond
+
+// minSweepSize is the number of host entries below which idle entries are left alone. Sweeping
+// a small map would save little memory; 1024 idle entries cost a few hundred kilobytes.
+const minSweepSize = 1024
+
+// Limiter decides whether a provider call may start now. It is safe for concurrent use; create
+// one per process and share it among the workers of all channels, so that a host's cap holds
+// whichever channel calls it.
+//
+// Per-host state is created on first use and evicted when idle, so that recipients chosen by
+// callers cannot grow it without bound. An entry is idle when it has no call in flight and a full
+// bucket: it is then indistinguishable from a fresh one, and dropping it forgets nothing (evicting
+// a host with a drained bucket would hand it a new full burst). Eviction runs when a new host is
+// added and the map has reached a threshold: at least minSweepSize, and twice the entries that
+// survived the last sweep. The threshold makes sweeps amortised O(1) per new host even when most
+// entries are busy, and bounds the map at about twice the busy hosts (or minSweepSize). Hosts
+// whose rule limits nothing take no entry at all.
+type Limiter struct {
+	now           func() time.Time
+	providerRules map[string]Rule
+	defaultHost   Rule
+	hostRules     map[string]Rule
+
+	mu sync.Mutex
+	// providers holds an entry per provider name seen, kept for ever: provider names come from
+	// the code (one per adapter), not from callers, so there are few of them.
+	providers map[string]*gate
+	hosts     map[string]*gate
+	// sweepAt is the size of hosts at which the next new host triggers a sweep; minSweep is its
+	// floor (minSweepSize, lowered by tests).
+	sweepAt  int
+	minSweep int
+}
+
+// gate holds the counters of one provider or one host.
+type gate struct {
+	// name says which rule refused, in the reason ("host example.com").
+	name     string
+	rule     Rule
+	inFlight int
+	// bucket is nil when the rule has no rate, so that unlimited rules cost no token arithmetic.
+	bucket *rate.Limiter
+}
+
+func newGate(name string, r Rule) *gate {
+	g := &gate{name: name, rule: r}
+	if r.Rate > 0 {
+		g.bucket = rate.NewLimiter(rate.Limit(r.Rate), r.Burst)
+	}
+	return g
+}
+
+// saturated reports whether the concurrency cap refuses another call.
+func (g *gate) saturated() bool {
+	return g.rule.Concurrency > 0 && g.inFlight >= g.rule.Concurrency
+}
+
+// idle reports whether the gate is in the state a fresh one would be in, so it can be dropped.
+func (g *gate) idle(now time.Time) bool {
+	return g.inFlight == 0 && (g.bucket == nil || g.bucket.TokensAt(now) >= float64(g.bucket.Burst()))
+}
+
+// New builds a Limiter for cfg, which must be valid. now is the clock used for the token
+// buckets; nil means time.Now. Tests inject a clock so that they never sleep.
+func New(cfg Config, now func() time.Time) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("limit config: %w", err)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	l := &Limiter{
+		now:           now,
+		providerRules: make(map[string]Rule, len(cfg.Providers)),
+		defaultHost:   cfg.DefaultHost.withDefaults(),
+		hostRules:     make(map[string]Rule, len(cfg.Hosts)),
+		providers:     make(map[string]*gate),
+		hosts:         make(map[string]*gate),
+		sweepAt:       minSweepSize,
+		minSweep:      minSweepSize,
+	}
+	// Copy the maps so that a caller changing its Config later cannot race with Acquire.
+	for name, r := range cfg.Providers {
+		l.providerRules[name] = r.withDefaults()
+	}
+	for host, r := range cfg.Hosts {
+		l.hostRules[canonicalHost(host)] = r.withDefaults()
+	}
+	return l, nil
+}
+
+// Acquire asks whether a call of provider to host may start now; host is what HostOf returns
+// for the recipient, and "" applies the provider's rule only. It never blocks.
+//
+// When ok is true the call counts as in flight until release is called, which the caller must
+// do exactly once when the call ends, whatever its outcome (calling it again does nothing, so a
+// deferred release next to an explicit one is harmless). When ok is false nothing was taken:
+// no slot and no token, from the provider or the host. retryAfter is then the suggested delay
+// before asking again (ConcurrencyRetryAfter for a concurrency cap; for a rate, the time until
+// every refusing bucket holds a token), and reason names the rule that refused, for logs and the
+// deferral record ("host example.com concurrency 8", "provider webhook rate 50/s").
+func (l *Limiter) Acquire(provider, host string) (release func(), ok bool, retryAfter time.Duration, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	gates := [2]*gate{l.providerGate(provider), l.hostGate(host, now)}
+
+	// Concurrency first: checking it takes nothing, so a refusal needs nothing undone.
+	for _, g := range gates {
+		if g != nil && g.saturated() {
+			return nil, false, ConcurrencyRetryAfter, g.name + " concurrency " + strconv.Itoa(g.rule.Concurrency)
+		}
+	}
+
+	// Then tokens: reserve one in every bucket, and if any of them would make us wait, cancel them
+	// all. A reservation (rather than a look at the token count) gives the exact wait, and the
+	// cancellation gives the token back, so a refused call costs no bucket anything. The mutex
+	// makes the pair atomic: no other reservation can slip in between and keep our token.
+	var reserved [2]*rate.Reservation
+	for i, g := range gates {
+		if g == nil || g.bucket == nil {
+			continue
+		}
+		// Burst is at least 1 (see Rule.withDefaults), so the reservation is always OK.
+		r := g.bucket.ReserveN(now, 1)
+		reserved[i] = r
+		if d := r.DelayFrom(now); d > retryAfter {
+			// Report the longest wait: both rules must pass, so asking sooner is futile.
+			retryAfter = d
+			reason = g.name + " rate " + strconv.FormatFloat(g.rule.Rate, 'g', -1, 64) + "/s"
+		}
+	}
+	if retryAfter > 0 {
+		for _, r := range reserved {
+			if r != nil {
+				r.CancelAt(now)
+			}
+		}
+		return nil, false, retryAfter, reason
+	}
+
+	for _, g := range gates {
+		if g != nil {
+			g.inFlight++
+		}
+	}
+	return l.releaser(gates), true, 0, ""
+}
+
+// releaser returns the release function for one granted call. The gates are held by pointer:
+// a host entry with a call in flight is never evicted, so the pointer stays the map's entry.
+func (l *Limiter) releaser(gates [2]*gate) func() {
+	var released atomic.Bool
+	return func() {
+		if !released.CompareAndSwap(false, true) {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, g := range gates {
+			if g != nil {
+				g.inFlight--
+			}
+		}
+	}
+}
+
+// InFlight returns the calls of provider currently in flight in this process, for metrics. A
+// provider never seen reports zero.
+func (l *Limiter) InFlight(provider string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g := l.providers[provider]; g != nil {
+		return g.inFlight
+	}
+	return 0
+}
+
+// providerGate returns the provider's entry, creating it on first use. Every provider gets one,
+// limited or not, so that InFlight can count its calls. The caller holds l.mu.
+func (l *Limiter) providerGate(provider string) *gate {
+	g := l.providers[provider]
+	if g == nil {
+		g = newGate("provider "+provider, l.providerRules[provider])
+		l.providers[provider] = g
+	}
+	return g
+}
+
+// hostGate returns the host's entry, creating it on first use, or nil when no rule limits the
+// host. Adding an entry may first sweep idle ones (see Limiter). The caller holds l.mu.
+func (l *Limiter) hostGate(host string, now time.Time) *gate {
+	if host == "" {
+		return nil
+	}
+	if g := l.hosts[host]; g != nil {
+		return g
+	}
+	r, ok := l.hostRules[host]
+	if !ok {
+		r = l.defaultHost
+	}
+	if !r.limits() {
+		return nil
+	}
+	if len(l.hosts) >= l.sweepAt {
+		l.sweep(now)
+	}
+	g := newGate("host "+host, r)
+	l.hosts[host] = g
+	return g
+}
+
+// sweep drops idle host entries and sets the size of the next sweep. The caller holds l.mu.
+func (l *Limiter) sweep(now time.Time) {
+	for host, g := range l.hosts {
+		if g.idle(now) {
+			delete(l.hosts, host)
+		}
+	}
+	l.sweepAt = max(l.minSweep, 2*len(l.hosts))
+}

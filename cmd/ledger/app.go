@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/metrics"
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/worker"
+	"github.com/deliveryledger/ledger/adapters/worker/fairshare"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// channelWebhook is the one channel with an adapter so far.
+const channelWebhook = "webhook"
+
+// App is the wired ledger: the roles of one process over one database and one broker.
+type App struct {
+	cfg      Config
+	logger   *slog.Logger
+	roles    map[string]bool
+	pool     *pgxpool.Pool
+	store    *postgres.EventStore
+	topology amqp.Topology
+	listener net.Listener
+	server   *http.Server
+
+	markQueued *commands.MarkQueuedHandler
+	workers    map[string]*worker.Worker
+	metrics    *metrics.Metrics
+	scheduler  *fairshare.Scheduler
+}
+
+// appOption adjusts the wiring (tests replace the provider adapter with one that misbehaves).
+type appOption func(*appOptions)
+
+type appOptions struct {
+	sender commands.Sender
+}
+
+// withSender replaces the webhook adapter.
+func withSender(s commands.Sender) appOption { return func(o *appOptions) { o.sender = s } }
+
+// buildApp wires the application: every dependency is built here, by hand, in one place.
+func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...appOption) (*App, error) {
+	var opts appOptions
+	for _, o := range options {
+		o(&opts)
+	}
+	roles, err := cfg.roles()
+	if err != nil {
+		return nil, err
+	}
+	policy := cfg.policy()
+	a := &App{
+		cfg:    cfg,
+		logger: logger,
+		roles:  roles,
+		topology: amqp.Topology{
+			Prefix:   cfg.AMQPPrefix,
+			Channels: []string{channelWebhook},
+			Tiers:    policy.Tiers(),
+		},
+		workers: map[string]*worker.Worker{},
+		metrics: metrics.New(),
+	}
+	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
+		a.pool.Close()
+		return nil, err
+	}
+	if err := a.declareTopology(); err != nil {
+		a.pool.Close()
+		return nil, err
+	}
+	a.store = postgres.NewEventStore(a.pool)
+	clock := commands.SystemClock{}
+	policies := func(string) domain.RetryPolicy { return policy }
+	a.markQueued = commands.NewMarkQueuedHandler(a.store, clock)
+
+	if roles["worker"] {
+		allow, err := webhook.ParseCIDRs(cfg.WebhookAllowCIDRs)
+		if err != nil {
+			a.pool.Close()
+			return nil, fmt.Errorf("--webhook-allow-cidrs: %w", err)
+		}
+		var sender commands.Sender = opts.sender
+		if sender == nil {
+			if sender, err = webhook.New(webhook.Config{Timeout: cfg.WebhookTimeout, AllowCIDRs: allow}); err != nil {
+				a.pool.Close()
+				return nil, err
+			}
+		}
+		limiter, err := cfg.limiter()
+		if err != nil {
+			a.pool.Close()
+			return nil, err
+		}
+		shares, err := fairshare.ParseShares(cfg.PriorityShares)
+		if err != nil {
+			a.pool.Close()
+			return nil, fmt.Errorf("--priority-shares: %w", err)
+		}
+		a.scheduler, err = fairshare.New(fairshare.Config{Slots: cfg.WorkerConcurrency, Shares: shares})
+		if err != nil {
+			a.pool.Close()
+			return nil, err
+		}
+		a.workers[channelWebhook] = worker.New(worker.Commands{
+			Start:   commands.NewStartAttemptHandler(a.store, clock),
+			Record:  commands.NewRecordOutcomeHandler(a.store, a.topology, clock, policies),
+			Defer:   commands.NewDeferAttemptHandler(a.store, a.topology, clock),
+			Reroute: commands.NewRerouteHandler(a.store, a.topology, clock),
+		}, sender, limiter, a.metrics, clock, logger.With("role", "worker", "channel", channelWebhook))
+	}
+
+	if roles["api"] {
+		keys, err := httpapi.ParseAPIKeys(cfg.APIKeys)
+		if err != nil {
+			a.pool.Close()
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		accept := commands.NewAcceptHandler(a.store, a.topology, clock, cfg.MaxAttempts)
+		accept.OnAccepted = a.metrics.Accepted
+		api, err := httpapi.New(httpapi.Config{
+			APIKeys:  keys,
+			Channels: map[string]func(string) error{channelWebhook: httpapi.ValidateWebhookURL},
+		}, httpapi.Deps{
+			Accept:   accept,
+			Events:   a.store,
+			Requests: a.store,
+			Ready:    a.ready,
+		}, logger.With("role", "api"))
+		if err != nil {
+			a.pool.Close()
+			return nil, err
+		}
+		a.listener, err = net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			a.pool.Close()
+			return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.metrics.Handler())
+		mux.Handle("/", api)
+		a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return a, nil
+}
+
+// declareTopology declares every queue before anything publishes: the relay's publisher never
+// declares, and a message sent to a missing queue is dropped by the broker.
+func (a *App) declareTopology() error {
+	conn, err := amqp091.Dial(a.cfg.AMQPURL)
+	if err != nil {
+		return fmt.Errorf("reach RabbitMQ at %s: %w", redactURL(a.cfg.AMQPURL), err)
+	}
+	defer conn.Close()
+	return a.topology.Declare(conn)
+}
+
+// ready checks that the database and the broker answer.
+func (a *App) ready(ctx context.Context) error {
+	var errs []error
+	if err := a.pool.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("database: %w", err))
+	}
+	conn, err := amqp091.DialConfig(a.cfg.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("broker: %w", err))
+	} else {
+		conn.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Addr is the API's listening address (useful with port 0).
+func (a *App) Addr() string {
+	if a.listener == nil {
+		return ""
+	}
+	return a.listener.Addr().String()
+}
+
+// Run runs the roles until ctx is cancelled, then shuts them down gracefully.
+func (a *App) Run(ctx context.Context) error {
+	defer a.pool.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	start := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	if a.roles["relay"] {
+		start("relay", a.runRelay)
+	}
+	for channel, w := range a.workers {
+		// One consumer per priority class, all drawing worker slots from one fair-share
+		// scheduler: high is served first, but each class keeps its reserved share.
+		for _, p := range amqp.Priorities {
+			class := classOf(p)
+			consumer, err := amqp.NewConsumer(amqp.ConsumerConfig{
+				URL:             a.cfg.AMQPURL,
+				Queue:           a.topology.Work(channel, p),
+				Concurrency:     a.cfg.WorkerConcurrency,
+				ShutdownTimeout: a.cfg.ShutdownTimeout,
+				Logger:          a.logger.With("role", "worker", "channel", channel, "priority", p),
+				Acquire: func(ctx context.Context) (func(), error) {
+					return a.scheduler.Acquire(ctx, class)
+				},
+			}, w.Handle)
+			if err != nil {
+				return err
+			}
+			start("worker "+channel+" "+string(p), consumer.Run)
+		}
+	}
+	if len(a.workers) > 0 {
+		start("queue metrics", a.watchQueues)
+	}
+	if a.server != nil {
+		start("api", func(ctx context.Context) error {
+			go func() {
+				<-ctx.Done()
+				shutdownCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+				defer cancel()
+				_ = a.server.Shutdown(shutdownCtx)
+			}()
+			if err := a.server.Serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	a.logger.Info("ledger running", "roles", a.cfg.Roles, "http", a.Addr(), "amqp_prefix", a.cfg.AMQPPrefix)
+	wg.Wait()
+	close(errs)
+	return errors.Join(drain(errs)...)
+}
+
+func drain(errs <-chan error) []error {
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}
+
+// runRelay moves outbox rows to the broker and records "queued" after each confirm.
+func (a *App) runRelay(ctx context.Context) error {
+	wmLogger := watermill.NewSlogLogger(a.logger.With("role", "relay"))
+	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{Logger: a.logger}, wmLogger)
+	if err != nil {
+		return err
+	}
+	relay, err := amqp.NewRelay(amqp.RelayConfig{
+		URL:         a.cfg.AMQPURL,
+		OutboxTopic: postgres.OutboxTopic,
+		OnConfirmed: a.recordQueued,
+	}, sub, wmLogger)
+	if err != nil {
+		return err
+	}
+	return relay.Run(ctx)
+}
+
+// recordQueued appends "queued" for messages that carry the first attempt of a delivery.
+func (a *App) recordQueued(ctx context.Context, _ string, msg *message.Message) error {
+	if at, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(commands.MetaEnqueuedAt)); err == nil {
+		a.metrics.Relayed(time.Since(at))
+	}
+	if msg.Metadata.Get(commands.MetaMarkQueued) != "true" {
+		return nil
+	}
+	work, err := commands.DecodeWorkMessage(msg.Payload)
+	if err != nil {
+		a.logger.Error("relay: undecodable work message, not recording queued", "uuid", msg.UUID, "err", err)
+		return nil
+	}
+	return a.markQueued.Handle(ctx, work.DeliveryID, work.Attempt)
+}
+
+// classOf maps a delivery priority to its scheduler class.
+func classOf(p domain.Priority) fairshare.Class {
+	switch p {
+	case domain.PriorityHigh:
+		return fairshare.High
+	case domain.PriorityLow:
+		return fairshare.Low
+	}
+	return fairshare.Normal
+}
+
+// queuePollInterval is how often the worker role reads its queues' depths for /metrics.
+const queuePollInterval = 5 * time.Second
+
+// watchQueues keeps the queue depth gauges current.
+func (a *App) watchQueues(ctx context.Context) error {
+	ticker := time.NewTicker(queuePollInterval)
+	defer ticker.Stop()
+	for {
+		if err := a.readQueueDepths(); err != nil {
+			a.logger.Warn("read queue depths", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func (a *App) readQueueDepths() error {
+	conn, err := amqp091.Dial(a.cfg.AMQPURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for _, q := range a.topology.Queues() {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err == nil {
+			a.metrics.QueueDepth(q, info.Messages)
+			ch.Close()
+		}
+	}
+	return nil
+}
+
+// serveCommand runs `ledger serve`.
+func serveCommand(ctx context.Context, cfg Config, stdout io.Writer) error {
+	logger := cfg.logger()
+	app, err := buildApp(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	if app.Addr() != "" {
+		fmt.Fprintf(stdout, "ledger: API listening on http://%s\n", app.Addr())
+	}
+	return app.Run(ctx)
+}
+
+// redactURL hides a URL's password for messages.
+func redactURL(raw string) string {
+	u, err := parseURL(raw)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+)
+
+// envPrefix maps a flag --database-url to the variable LEDGER_DATABASE_URL.
+const envPrefix = "LEDGER"
+
+// run parses the command line and runs a command; it returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cfg Config
+
+	serveFS := flag.NewFlagSet("ledger serve", flag.ContinueOnError)
+	cfg.serveFlags(serveFS)
+	serve := &ffcli.Command{
+		Name:       "serve",
+		ShortUsage: "ledger serve [flags]",
+		ShortHelp:  "run the chosen roles (api, relay, worker) in one process",
+		LongHelp: "Runs the HTTP API, the outbox relay and the workers (by default all of them).\n" +
+			"Refuses to start when the database schema is behind: run `ledger migrate` first.\n" +
+			"Every flag can also be set by an environment variable: --http-addr is LEDGER_HTTP_ADDR.",
+		FlagSet: serveFS,
+		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
+		Exec: func(ctx context.Context, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return serveCommand(ctx, cfg, stdout)
+		},
+	}
+
+	migrateFS := flag.NewFlagSet("ledger migrate", flag.ContinueOnError)
+	cfg.connectionFlags(migrateFS)
+	target := migrateFS.String("to", "latest", "schema version to move to, up or down (a number, or latest)")
+	migrate := &ffcli.Command{
+		Name:       "migrate",
+		ShortUsage: "ledger migrate [flags]",
+		ShortHelp:  "apply the embedded schema migrations (idempotent)",
+		LongHelp:   "Moves the schema to --to (default: the latest version) and prints each step.",
+		FlagSet:    migrateFS,
+		Options:    []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
+		Exec: func(ctx context.Context, _ []string) error {
+			to := -1
+			if *target != "latest" {
+				v, err := strconv.Atoi(*target)
+				if err != nil || v < 0 {
+					return fmt.Errorf("--to %q: want a version number or latest", *target)
+				}
+				to = v
+			}
+			return migrateCommand(ctx, cfg, to, stdout)
+		},
+	}
+
+	sinkFS := flag.NewFlagSet("ledger sink", flag.ContinueOnError)
+	sinkAddr := sinkFS.String("addr", "127.0.0.1:8081", "address to listen on")
+	sink := &ffcli.Command{
+		Name:       "sink",
+		ShortUsage: "ledger sink [--addr 127.0.0.1:8081]",
+		ShortHelp:  "run a local webhook receiver that answers 200 and prints each delivery",
+		FlagSet:    sinkFS,
+		Exec: func(ctx context.Context, _ []string) error {
+			return sinkCommand(ctx, *sinkAddr, stdout)
+		},
+	}
+
+	rootFS := flag.NewFlagSet("ledger", flag.ContinueOnError)
+	root := &ffcli.Command{
+		ShortUsage:  "ledger <command> [flags]",
+		ShortHelp:   "an event-sourced delivery ledger for notifications",
+		LongHelp:    "Commands: migrate, serve, sink. Run `ledger <command> --help` for a command's flags.",
+		FlagSet:     rootFS,
+		Subcommands: []*ffcli.Command{migrate, serve, sink},
+		Exec: func(context.Context, []string) error {
+			return flag.ErrHelp
+		},
+	}
+	for _, fs := range []*flag.FlagSet{rootFS, serveFS, migrateFS, sinkFS} {
+		fs.SetOutput(stderr)
+	}
+	if err := root.ParseAndRun(ctx, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			if len(args) == 0 {
+				fmt.Fprintln(stderr, ffcli.DefaultUsageFunc(root))
+				return 2
+			}
+			return 0
+		}
+		fmt.Fprintf(stderr, "ledger: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func migrateCommand(ctx context.Context, cfg Config, to int, stdout io.Writer) error {
+	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, "", 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	steps, err := postgres.Migrate(ctx, pool, to, func(step string) { fmt.Fprintln(stdout, step) })
+	if err != nil {
+		return err
+	}
+	v, err := postgres.SchemaVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema at version %d (%d steps)\n", v, steps)
+	return nil
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/worker/limit"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// Defaults of the contract (DESIGN.md, "Contract").
+const (
+	defaultDatabaseURL       = "postgres://postgres@127.0.0.1:5432/ledger?sslmode=disable"
+	defaultAMQPURL           = "amqp://guest:guest@127.0.0.1:5672/"
+	defaultAMQPPrefix        = "ledger"
+	defaultHTTPAddr          = "127.0.0.1:8080"
+	defaultWorkerConcurrency = 16
+	defaultWebhookTimeout    = 10 * time.Second
+	defaultShutdownTimeout   = 30 * time.Second
+	defaultRoles             = "api,relay,worker"
+	defaultPriorityShares    = "high=60,normal=30,low=10"
+)
+
+// allRoles are the roles `serve` can run.
+var allRoles = []string{"api", "relay", "worker"}
+
+// Config is every setting of the ledger. Each field is a flag and an environment variable of the
+// same name (--database-url / LEDGER_DATABASE_URL).
+type Config struct {
+	DatabaseURL       string
+	AMQPURL           string
+	AMQPPrefix        string
+	HTTPAddr          string
+	APIKeys           string
+	WebhookAllowCIDRs string
+	WebhookTimeout    time.Duration
+	WorkerConcurrency int
+	RetryBase         time.Duration
+	RetryCap          time.Duration
+	MaxAttempts       int
+	ShutdownTimeout   time.Duration
+	LogLevel          string
+	Roles             string
+	PriorityShares    string
+	// Backpressure at the worker–provider boundary.
+	ProviderConcurrency int
+	HostConcurrency     int
+	HostRate            float64
+	HostRules           string
+}
+
+// defaultConfig returns a serve configuration with every default applied.
+func defaultConfig() Config {
+	var c Config
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	c.serveFlags(fs)
+	_ = fs.Parse(nil)
+	return c
+}
+
+// connectionFlags registers the settings every command needs.
+func (c *Config) connectionFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.DatabaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (a search_path parameter selects a schema)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// serveFlags registers the settings of `serve`.
+func (c *Config) serveFlags(fs *flag.FlagSet) {
+	c.connectionFlags(fs)
+	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL")
+	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
+	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API listens on")
+	fs.StringVar(&c.APIKeys, "api-keys", "", "comma-separated tenant:key pairs; requests need `Authorization: Bearer <key>`")
+	fs.StringVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", "", "CIDRs the webhook SSRF guard lets through (empty: public addresses only)")
+	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", defaultWebhookTimeout, "timeout of one webhook call")
+	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", defaultWorkerConcurrency, "messages in flight per channel worker")
+	fs.DurationVar(&c.RetryBase, "retry-base", domain.DefaultRetryBase, "ceiling of the first retry delay (doubles per attempt)")
+	fs.DurationVar(&c.RetryCap, "retry-cap", domain.DefaultRetryCap, "largest retry delay")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", domain.DefaultMaxAttempts, "attempts per delivery (default and maximum of a request's max_attempts)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long in-flight attempts may finish after SIGTERM")
+	fs.StringVar(&c.Roles, "roles", defaultRoles, "comma-separated roles to run: "+strings.Join(allRoles, ", "))
+	fs.StringVar(&c.PriorityShares, "priority-shares", defaultPriorityShares, "reserved share (percent) of worker slots per priority class; unused share is lent")
+	def := limit.DefaultConfig()
+	fs.IntVar(&c.ProviderConcurrency, "provider-concurrency", def.Providers["webhook"].Concurrency, "webhook calls in flight per process (0: unlimited)")
+	fs.IntVar(&c.HostConcurrency, "host-concurrency", def.DefaultHost.Concurrency, "calls in flight per destination host (0: unlimited)")
+	fs.Float64Var(&c.HostRate, "host-rate", def.DefaultHost.Rate, "calls per second per destination host (0: unlimited)")
+	fs.StringVar(&c.HostRules, "host-rules", "", "per-host overrides: host=concurrency[:rate[:burst]],...")
+}
+
+// Validate reports every problem of a serve configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.AMQPPrefix == "" {
+		errs = append(errs, errors.New("--amqp-prefix is empty"))
+	}
+	if c.WorkerConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--worker-concurrency %d is below 1", c.WorkerConcurrency))
+	}
+	if c.RetryBase <= 0 || c.RetryCap < c.RetryBase {
+		errs = append(errs, fmt.Errorf("--retry-base %s and --retry-cap %s: need 0 < base <= cap", c.RetryBase, c.RetryCap))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("--max-attempts %d is below 1", c.MaxAttempts))
+	}
+	if c.WebhookTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--webhook-timeout %s is not positive", c.WebhookTimeout))
+	}
+	if _, err := c.roles(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// roles parses --roles.
+func (c *Config) roles() (map[string]bool, error) {
+	roles := map[string]bool{}
+	for _, r := range strings.Split(c.Roles, ",") {
+		r = strings.TrimSpace(r)
+		if r == "" {
+			continue
+		}
+		known := false
+		for _, k := range allRoles {
+			known = known || k == r
+		}
+		if !known {
+			return nil, fmt.Errorf("--roles: unknown role %q (known: %s)", r, strings.Join(allRoles, ", "))
+		}
+		roles[r] = true
+	}
+	if len(roles) == 0 {
+		return nil, errors.New("--roles: no role given")
+	}
+	return roles, nil
+}
+
+// limiter builds the backpressure limits of the worker role.
+func (c *Config) limiter() (*limit.Limiter, error) {
+	cfg := limit.DefaultConfig()
+	provider := cfg.Providers["webhook"]
+	provider.Concurrency = c.ProviderConcurrency
+	cfg.Providers["webhook"] = provider
+	cfg.DefaultHost.Concurrency = c.HostConcurrency
+	cfg.DefaultHost.Rate = c.HostRate
+	if c.HostRate > 0 && cfg.DefaultHost.Burst == 0 {
+		cfg.DefaultHost.Burst = int(c.HostRate) + 1
+	}
+	hosts, err := limit.ParseHostRules(c.HostRules)
+	if err != nil {
+		return nil, fmt.Errorf("--host-rules: %w", err)
+	}
+	cfg.Hosts = hosts
+	return limit.New(cfg, time.Now)
+}
+
+// policy is the server's retry policy.
+func (c *Config) policy() domain.RetryPolicy {
+	return domain.RetryPolicy{Base: c.RetryBase, Cap: c.RetryCap, MaxAttempts: c.MaxAttempts}
+}
+
+// logger builds the process logger.
+func (c *Config) logger() *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}

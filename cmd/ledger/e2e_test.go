@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// e2eBundle is a whole ledger (API, relay, worker) over a test schema and a test prefix, with a
+// local webhook receiver.
+type e2eBundle struct {
+	app    *App
+	schema *pgtest.Schema
+	cfg    Config
+	sink   *sink
+	base   string
+	key    string
+}
+
+// sink is a local webhook receiver whose answers a test scripts.
+type sink struct {
+	*httptest.Server
+	mu    sync.Mutex
+	calls map[string]int // webhook-id → calls
+	// respond picks the status for a call (n is the call number for that id, from 1).
+	respond func(id string, n int) int
+}
+
+func newSink(t *testing.T) *sink {
+	s := &sink{calls: map[string]int{}, respond: func(string, int) int { return http.StatusOK }}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("webhook-id")
+		s.mu.Lock()
+		s.calls[id]++
+		n := s.calls[id]
+		respond := s.respond
+		s.mu.Unlock()
+		w.WriteHeader(respond(id, n))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
+
+func testLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("LEDGER_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// testConfig is a configuration over a fresh schema and prefix, with millisecond retry policies.
+func testConfig(t *testing.T, schema *pgtest.Schema) Config {
+	cfg := defaultConfig()
+	cfg.DatabaseURL = schema.URL
+	cfg.AMQPURL = amqptest.URL()
+	cfg.AMQPPrefix = amqptest.Prefix()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.APIKeys = "acme:acme-key,globex:globex-key"
+	cfg.WebhookAllowCIDRs = "127.0.0.0/8"
+	cfg.WebhookTimeout = 2 * time.Second
+	cfg.WorkerConcurrency = 4
+	cfg.RetryBase = 20 * time.Millisecond
+	cfg.RetryCap = 80 * time.Millisecond
+	cfg.MaxAttempts = 3
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.LogLevel = "warn"
+	return cfg
+}
+
+// setupE2E starts a ledger with millisecond retry policies. roles defaults to all.
+func setupE2E(t *testing.T, roles string, adjust ...func(*Config)) *e2eBundle {
+	t.Helper()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	if roles != "" {
+		cfg.Roles = roles
+	}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	return startApp(t, schema, cfg)
+}
+
+// startApp runs an App for cfg until the test ends.
+func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...appOption) *e2eBundle {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := buildApp(ctx, cfg, testLogger(), options...)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	// buildApp declared the topology; remove it when the test ends.
+	t.Cleanup(func() {
+		conn, err := amqp091.Dial(cfg.AMQPURL)
+		if err != nil {
+			t.Errorf("clean up: %v", err)
+			return
+		}
+		defer conn.Close()
+		if err := app.topology.Delete(conn); err != nil {
+			t.Errorf("clean up topology: %v", err)
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("app stopped with: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("app did not stop")
+		}
+	})
+	b := &e2eBundle{app: app, schema: schema, cfg: cfg, sink: newSink(t), key: "acme-key"}
+	if app.Addr() != "" {
+		b.base = "http://" + app.Addr()
+	}
+	return b
+}
+
+func (b *e2eBundle) do(t *testing.T, method, path, idemKey string, body any) (*http.Response, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, b.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	req.Header.Set("Content-Type", "application/json")
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, out
+}
+
+type acceptAnswer struct {
+	ID         string `json:"id"`
+	Deliveries []struct {
+		ID string `json:"id"`
+	} `json:"deliveries"`
+}
+
+func (b *e2eBundle) notify(t *testing.T, key string, recipients ...string) acceptAnswer {
+	t.Helper()
+	var rs []map[string]string
+	for _, r := range recipients {
+		rs = append(rs, map[string]string{"channel": "webhook", "recipient": r})
+	}
+	resp, body := b.do(t, "POST", "/v1/notifications", key, map[string]any{
+		"payload": map[string]any{"text": "hello"}, "recipients": rs,
+	})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("accept: %d %s", resp.StatusCode, body)
+	}
+	var a acceptAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Deliveries) != len(recipients) {
+		t.Fatalf("accept answered %d deliveries for %d recipients: %s", len(a.Deliveries), len(recipients), body)
+	}
+	return a
+}
+
+type statusAnswer struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+}
+
+// waitState polls the status endpoint until the delivery is in state, or fails.
+func (b *e2eBundle) waitState(t *testing.T, id string, state domain.State, within time.Duration) statusAnswer {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last statusAnswer
+	for time.Now().Before(deadline) {
+		resp, body := b.do(t, "GET", "/v1/deliveries/"+id, "", nil)
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(body, &last); err != nil {
+				t.Fatal(err)
+			}
+			if last.State == string(state) {
+				return last
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("delivery %s is %q after %s, want %s; history: %s", id, last.State, within, state, b.historyString(t, id))
+	return last
+}
+
+type historyEvent struct {
+	Version    int             `json:"version"`
+	Type       string          `json:"type"`
+	State      string          `json:"state"`
+	RecordedAt time.Time       `json:"recorded_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+func (b *e2eBundle) history(t *testing.T, id string) []historyEvent {
+	t.Helper()
+	resp, body := b.do(t, "GET", "/v1/deliveries/"+id+"/events", "", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("events: %d %s", resp.StatusCode, body)
+	}
+	var h struct {
+		Events []historyEvent `json:"events"`
+	}
+	if err := json.Unmarshal(body, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h.Events
+}
+
+func (b *e2eBundle) historyString(t *testing.T, id string) string {
+	var parts []string
+	for _, e := range b.history(t, id) {
+		parts = append(parts, fmt.Sprintf("%d:%s→%s", e.Version, e.Type, e.State))
+	}
+	return strings.Join(parts, " ")
+}
+
+func states(events []historyEvent) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.State)
+	}
+	return out
+}
+
+func TestEndToEndAcceptToDelivered(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	start := time.Now()
+	a := b.notify(t, "e2e-1", b.sink.URL+"/hook")
+	id := a.Deliveries[0].ID
+	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	t.Logf("accept → delivered observed in %s", time.Since(start))
+
+	events := b.history(t, id)
+	want := []string{"accepted", "queued", "processing", "delivered"}
+	if got := states(events); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("history states %v, want %v", got, want)
+	}
+	for i, e := range events {
+		if e.Version != i+1 {
+			t.Fatalf("event %d has version %d: versions must be consecutive", i, e.Version)
+		}
+	}
+	var delivered domain.AttemptResult
+	if err := json.Unmarshal(events[3].Data, &delivered); err != nil {
+		t.Fatal(err)
+	}
+	if delivered.Attempt != 1 || delivered.StatusCode != 200 || delivered.Provider != "webhook" {
+		t.Fatalf("delivered event data: %+v", delivered)
+	}
+	if n := b.sink.count(id); n != 1 {
+		t.Fatalf("webhook called %d times, want 1", n)
+	}
+}
+
+func TestEndToEndFanOutDeliversEachOnce(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	a := b.notify(t, "fan-1", b.sink.URL+"/a", b.sink.URL+"/b", b.sink.URL+"/c")
+	seen := map[string]bool{}
+	for _, d := range a.Deliveries {
+		if seen[d.ID] {
+			t.Fatalf("delivery id %s repeated", d.ID)
+		}
+		seen[d.ID] = true
+		b.waitState(t, d.ID, domain.StateDelivered, 20*time.Second)
+	}
+	for _, d := range a.Deliveries {
+		if n := b.sink.count(d.ID); n != 1 {
+			t.Fatalf("delivery %s: webhook called %d times, want 1", d.ID, n)
+		}
+		if got := states(b.history(t, d.ID)); len(got) != 4 {
+			t.Fatalf("delivery %s history %v", d.ID, got)
+		}
+	}
+}
+
+// TestDuplicateAMQPMessageCallsWebhookOnce publishes the same work message twice, as a relay
+// that crashed between the broker's confirm and its outbox ack would.
+func TestDuplicateAMQPMessageCallsWebhookOnce(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "api,worker") // no relay: the test is the relay
+	a := b.notify(t, "dup-1", b.sink.URL+"/hook")
+	id := a.Deliveries[0].ID
+
+	var envelope struct {
+		DestinationTopic string            `json:"destination_topic"`
+		UUID             string            `json:"uuid"`
+		Payload          []byte            `json:"payload"`
+		Metadata         map[string]string `json:"metadata"`
+	}
+	var raw []byte
+	if err := b.schema.Pool.QueryRow(context.Background(), `SELECT payload::text FROM watermill_ledger_outbox`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &envelope); err != nil {
+		t.Fatal(err)
+	}
+	conn := amqptest.Dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		pub := amqp091.Publishing{Body: envelope.Payload, DeliveryMode: amqp091.Persistent, MessageId: envelope.UUID, ContentType: "application/json"}
+		conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", envelope.DestinationTopic, true, false, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := conf.WaitContext(context.Background()); err != nil || !ok {
+			t.Fatalf("confirm: %v %v", ok, err)
+		}
+	}
+	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	// Both copies are consumed; wait until the queue is empty and nothing is in flight.
+	deadline := time.Now().Add(10 * time.Second)
+	for amqptest.QueueDepth(t, conn, envelope.DestinationTopic) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := b.sink.count(id); n != 1 {
+		t.Fatalf("webhook called %d times for a duplicated message, want 1", n)
+	}
+	if got := states(b.history(t, id)); strings.Join(got, ",") != "accepted,queued,processing,delivered" {
+		t.Fatalf("history %v", got)
+	}
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Makes sure PostgreSQL and RabbitMQ are up on this machine (starting them if they are down)
+# and that the given databases exist. Usage: scripts/services.sh [database...]
+set -euo pipefail
+
+PGHOST=${PGHOST:-127.0.0.1}
+PGPORT=${PGPORT:-5432}
+PGUSER=${PGUSER:-postgres}
+export PGHOST PGPORT PGUSER
+
+say() { printf 'services: %s\n' "$*" >&2; }
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+wait_for() { # wait_for <what> <seconds> <command...>
+	local what=$1 secs=$2; shift 2
+	for _ in $(seq 1 $((secs * 5))); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.2
+	done
+	say "$what did not come up within ${secs}s"
+	return 1
+}
+
+install_if_missing() { # install_if_missing <command> <debian packages...>
+	local cmd=$1; shift
+	command -v "$cmd" >/dev/null 2>&1 && return 0
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		say "installing $* (apt-get)"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+	else
+		say "$cmd is missing: install $* and run again"
+		return 1
+	fi
+}
+
+# PostgreSQL
+if ! pg_isready -q 2>/dev/null; then
+	install_if_missing pg_ctlcluster postgresql
+	say "starting PostgreSQL"
+	pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start || true
+	wait_for PostgreSQL 60 pg_isready -q
+fi
+
+# RabbitMQ
+if ! port_open 127.0.0.1 5672; then
+	install_if_missing rabbitmq-server rabbitmq-server
+	say "starting RabbitMQ"
+	rabbitmq-server -detached || true
+	wait_for RabbitMQ 90 port_open 127.0.0.1 5672
+	# The port opens before the broker accepts connections; wait until it answers a ping.
+	wait_for RabbitMQ 60 rabbitmq-diagnostics -q ping
+fi
+
+for db in "$@"; do
+	if [ "$(psql -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$db'")" != 1 ]; then
+		say "creating database $db"
+		createdb "$db"
+	fi
+done
