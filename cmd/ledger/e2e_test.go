@@ -31,37 +31,82 @@ type e2eBundle struct {
 	sink   *sink
 	base   string
 	key    string
+	// stop stops the app as SIGTERM would and waits for it (idempotent).
+	stop func()
 }
 
 // sink is a local webhook receiver whose answers a test scripts.
 type sink struct {
 	*httptest.Server
 	mu    sync.Mutex
-	calls map[string]int // webhook-id → calls
-	// respond picks the status for a call (n is the call number for that id, from 1).
-	respond func(id string, n int) int
+	calls map[string][]time.Time // webhook-id → call times
+	// respond answers a call (n is the call number for that delivery, from 1).
+	respond  func(r *http.Request, n int) (int, http.Header)
+	inFlight int
+	maxIn    int
 }
 
 func newSink(t *testing.T) *sink {
-	s := &sink{calls: map[string]int{}, respond: func(string, int) int { return http.StatusOK }}
+	s := &sink{calls: map[string][]time.Time{}}
+	s.respond = func(*http.Request, int) (int, http.Header) { return http.StatusOK, nil }
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		id := r.Header.Get("webhook-id")
 		s.mu.Lock()
-		s.calls[id]++
-		n := s.calls[id]
+		s.calls[id] = append(s.calls[id], time.Now())
+		n := len(s.calls[id])
 		respond := s.respond
+		s.inFlight++
+		s.maxIn = max(s.maxIn, s.inFlight)
 		s.mu.Unlock()
-		w.WriteHeader(respond(id, n))
+		status, header := respond(r, n)
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+		for k, vs := range header {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
+		w.WriteHeader(status)
 	}))
 	t.Cleanup(s.Close)
 	return s
 }
 
+// script replaces the sink's answers.
+func (s *sink) script(f func(r *http.Request, n int) (int, http.Header)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.respond = f
+}
+
 func (s *sink) count(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls[id]
+	return len(s.calls[id])
+}
+
+func (s *sink) times(id string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.calls[id]...)
+}
+
+func (s *sink) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.calls {
+		n += len(c)
+	}
+	return n
+}
+
+func (s *sink) maxInFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxIn
 }
 
 func testLogger() *slog.Logger {
@@ -131,18 +176,22 @@ func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...appOpt
 	})
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("app stopped with: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("app stopped with: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("app did not stop")
 			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("app did not stop")
-		}
-	})
-	b := &e2eBundle{app: app, schema: schema, cfg: cfg, sink: newSink(t), key: "acme-key"}
+		})
+	}
+	t.Cleanup(stop)
+	b := &e2eBundle{app: app, schema: schema, cfg: cfg, sink: newSink(t), key: "acme-key", stop: stop}
 	if app.Addr() != "" {
 		b.base = "http://" + app.Addr()
 	}

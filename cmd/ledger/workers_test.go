@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// accept sends one delivery with a priority and returns its id.
+func (b *e2eBundle) accept(t *testing.T, key, recipient string, priority domain.Priority) string {
+	t.Helper()
+	resp, body := b.do(t, "POST", "/v1/deliveries", key, map[string]any{
+		"channel": "webhook", "recipient": recipient, "payload": map[string]any{"k": key}, "priority": priority,
+	})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("accept: %d %s", resp.StatusCode, body)
+	}
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		t.Fatal(err)
+	}
+	return a.ID
+}
+
+func eventsOfType(events []historyEvent, typ domain.EventType) []historyEvent {
+	var out []historyEvent
+	for _, e := range events {
+		if e.Type == string(typ) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// deadLetters drains the channel's dead queue.
+func (b *e2eBundle) deadLetters(t *testing.T) []commands.DeadLetter {
+	t.Helper()
+	conn := amqptest.Dial(t)
+	var out []commands.DeadLetter
+	for {
+		d, ok := amqptest.Get(t, conn, b.app.topology.Dead("webhook"), 0)
+		if !ok {
+			return out
+		}
+		var dl commands.DeadLetter
+		if err := json.Unmarshal(d.Body, &dl); err != nil {
+			t.Fatalf("dead letter body: %v: %s", err, d.Body)
+		}
+		out = append(out, dl)
+	}
+}
+
+// waitDeadLetters waits until the dead queue holds n messages.
+func (b *e2eBundle) waitDeadLetters(t *testing.T, n int) {
+	t.Helper()
+	conn := amqptest.Dial(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for amqptest.QueueDepth(t, conn, b.app.topology.Dead("webhook")) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead queue did not reach %d messages", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTransientFailuresRetryThenDeliver(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	b.sink.script(func(_ *http.Request, n int) (int, http.Header) {
+		if n <= 2 {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	id := b.accept(t, "retry-1", b.sink.URL+"/flaky", domain.PriorityNormal)
+	st := b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	if st.Attempts != 3 {
+		t.Fatalf("delivered at attempt %d, want 3", st.Attempts)
+	}
+	events := b.history(t, id)
+	retries := eventsOfType(events, domain.EventRetryScheduled)
+	if len(retries) != 2 {
+		t.Fatalf("%d retry events, want 2: %s", len(retries), b.historyString(t, id))
+	}
+	for i, r := range retries {
+		var res domain.AttemptResult
+		if err := json.Unmarshal(r.Data, &res); err != nil {
+			t.Fatal(err)
+		}
+		if r.State != "retrying" || res.Attempt != i+1 || res.Class != domain.ClassTransient || res.StatusCode != 500 || res.NextAttemptAt == nil {
+			t.Fatalf("retry event %d: state %s data %s", i, r.State, r.Data)
+		}
+	}
+	want := "accepted,queued,processing,retrying,queued,processing,retrying,queued,processing,delivered"
+	if got := strings.Join(states(events), ","); got != want {
+		t.Fatalf("states %s, want %s", got, want)
+	}
+	if n := b.sink.count(id); n != 3 {
+		t.Fatalf("sink saw %d calls, want 3", n)
+	}
+}
+
+func TestPermanentFailureIsDeadAfterOneAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusBadRequest, nil })
+	id := b.accept(t, "perm-1", b.sink.URL+"/bad", domain.PriorityNormal)
+	st := b.waitState(t, id, domain.StateDead, 20*time.Second)
+	if st.Attempts != 1 || b.sink.count(id) != 1 {
+		t.Fatalf("dead after %d attempts and %d calls, want 1 and 1", st.Attempts, b.sink.count(id))
+	}
+	b.waitDeadLetters(t, 1)
+	dls := b.deadLetters(t)
+	if len(dls) != 1 || dls[0].DeliveryID != id || dls[0].Attempts != 1 || dls[0].Class != domain.ClassPermanent {
+		t.Fatalf("dead queue: %+v", dls)
+	}
+}
+
+func TestRetryAfterIsHonouredWithoutConsumingAttempts(t *testing.T) {
+	t.Parallel()
+	// The largest tier is 80 ms: a 2 s Retry-After goes round the tiers many times.
+	b := setupE2E(t, "")
+	b.sink.script(func(_ *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusTooManyRequests, http.Header{"Retry-After": {"2"}}
+		}
+		return http.StatusOK, nil
+	})
+	id := b.accept(t, "ra-1", b.sink.URL+"/limited", domain.PriorityNormal)
+	st := b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	calls := b.sink.times(id)
+	if len(calls) != 2 || st.Attempts != 2 {
+		t.Fatalf("%d calls, %d attempts; want 2 and 2", len(calls), st.Attempts)
+	}
+	if gap := calls[1].Sub(calls[0]); gap < 2*time.Second {
+		t.Fatalf("second attempt %s after the first, want at least 2s", gap)
+	}
+	started := eventsOfType(b.history(t, id), domain.EventAttemptStarted)
+	if len(started) != 2 {
+		t.Fatalf("%d attempts started, want 2", len(started))
+	}
+}
+
+func TestExhaustedAttemptsAreDeadOnce(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusServiceUnavailable, nil })
+	id := b.accept(t, "exh-1", b.sink.URL+"/down", domain.PriorityNormal)
+	st := b.waitState(t, id, domain.StateDead, 20*time.Second)
+	if st.Attempts != 3 || b.sink.count(id) != 3 {
+		t.Fatalf("dead after %d attempts and %d calls, want 3 and 3", st.Attempts, b.sink.count(id))
+	}
+	events := b.history(t, id)
+	var last domain.AttemptResult
+	if err := json.Unmarshal(events[len(events)-1].Data, &last); err != nil {
+		t.Fatal(err)
+	}
+	if !last.Exhausted || last.Class != domain.ClassTransient {
+		t.Fatalf("dead event data %+v, want exhausted transient", last)
+	}
+	b.waitDeadLetters(t, 1)
+	// Nothing else may arrive: the queue holds exactly this one once the worker is idle.
+	time.Sleep(200 * time.Millisecond)
+	dls := b.deadLetters(t)
+	if len(dls) != 1 || dls[0].DeliveryID != id || dls[0].Attempts != 3 {
+		t.Fatalf("dead queue: %+v", dls)
+	}
+}
+
+func TestLongDelayDoesNotHoldBackShortOne(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "", func(c *Config) {
+		c.RetryBase = 20 * time.Millisecond
+		c.RetryCap = 1280 * time.Millisecond
+	})
+	b.sink.script(func(r *http.Request, n int) (int, http.Header) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/long") && n == 1:
+			return http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}
+		case strings.HasSuffix(r.URL.Path, "/short") && n == 1:
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	long := b.accept(t, "long-1", b.sink.URL+"/long", domain.PriorityNormal)
+	b.waitState(t, long, domain.StateRetrying, 10*time.Second)
+	short := b.accept(t, "short-1", b.sink.URL+"/short", domain.PriorityNormal)
+	b.waitState(t, short, domain.StateDelivered, 10*time.Second)
+	if n := b.sink.count(long); n != 1 {
+		t.Fatalf("the long delay's second attempt came before the short one was delivered (%d calls)", n)
+	}
+	b.waitState(t, long, domain.StateDelivered, 10*time.Second)
+	shortCalls, longCalls := b.sink.times(short), b.sink.times(long)
+	if !shortCalls[1].Before(longCalls[1]) {
+		t.Fatalf("short retry at %s, long retry at %s", shortCalls[1], longCalls[1])
+	}
+}
+
+// panicSender panics for recipients ending in /panic and delivers otherwise.
+type panicSender struct{}
+
+func (panicSender) Provider() string   { return "webhook" }
+func (panicSender) Deduplicates() bool { return false }
+func (panicSender) Send(_ context.Context, msg commands.WorkMessage) domain.Outcome {
+	if strings.HasSuffix(msg.Recipient, "/panic") {
+		var m map[string]int
+		m["boom"]++ // a nil map write: the kind of bug an adapter can have
+	}
+	return domain.Outcome{Kind: domain.OutcomeDelivered, Provider: "webhook", StatusCode: 200}
+}
+
+func TestPanickingAdapterIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	cfg.WorkerConcurrency = 1 // a leaking slot would stop everything
+	b := startApp(t, schema, cfg, withSender(panicSender{}))
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, b.accept(t, fmt.Sprintf("panic-%d", i), "http://127.0.0.1:1/panic", domain.PriorityNormal))
+	}
+	for _, id := range ids {
+		b.waitState(t, id, domain.StateDead, 20*time.Second)
+		events := b.history(t, id)
+		var res domain.AttemptResult
+		if err := json.Unmarshal(events[len(events)-1].Data, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Class != domain.ClassPanic || !strings.Contains(res.Error, "adapter panic") {
+			t.Fatalf("dead event: %+v", res)
+		}
+	}
+	ok := b.accept(t, "after-panic", "http://127.0.0.1:1/fine", domain.PriorityNormal)
+	b.waitState(t, ok, domain.StateDelivered, 20*time.Second)
+	b.waitDeadLetters(t, 3)
+	for _, dl := range b.deadLetters(t) {
+		if dl.Class != domain.ClassPanic {
+			t.Fatalf("dead letter class %s, want panic", dl.Class)
+		}
+	}
+}
+
+func TestDatabaseOutageWhileRecordingOutcomes(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	proxy := pgtest.NewProxy(t)
+	cfg := testConfig(t, schema)
+	cfg.DatabaseURL = proxy.Rewrite(schema.URL)
+	cfg.WorkerConcurrency = 8
+	b := startApp(t, schema, cfg)
+
+	gate := make(chan struct{})
+	b.sink.script(func(*http.Request, int) (int, http.Header) {
+		<-gate
+		return http.StatusOK, nil
+	})
+	const n = 8
+	var ids []string
+	for i := range n {
+		ids = append(ids, b.accept(t, fmt.Sprintf("outage-%d", i), b.sink.URL+"/slow", domain.PriorityNormal))
+	}
+	// Wait until every attempt is in the provider's hands, then take the database away.
+	deadline := time.Now().Add(20 * time.Second)
+	for b.sink.total() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d calls arrived", b.sink.total(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.Cut()
+	close(gate) // the provider answers while the ledger cannot record anything
+	time.Sleep(time.Second)
+	proxy.Restore()
+	for _, id := range ids {
+		b.waitState(t, id, domain.StateDelivered, 30*time.Second)
+		if c := b.sink.count(id); c != 1 {
+			t.Fatalf("delivery %s called %d times", id, c)
+		}
+	}
+}
+
+func TestSlowDestinationDoesNotDelayFastOne(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "", func(c *Config) {
+		c.WorkerConcurrency = 8
+		c.HostConcurrency = 2
+	})
+	slow := newSink(t)
+	release := make(chan struct{})
+	slow.script(func(*http.Request, int) (int, http.Header) {
+		<-release
+		return http.StatusOK, nil
+	})
+	defer close(release)
+	var slowIDs, fastIDs []string
+	for i := range 6 {
+		slowIDs = append(slowIDs, b.accept(t, fmt.Sprintf("slow-%d", i), slow.URL+"/slow", domain.PriorityNormal))
+		fastIDs = append(fastIDs, b.accept(t, fmt.Sprintf("fast-%d", i), b.sink.URL+"/fast", domain.PriorityNormal))
+	}
+	// The slow host holds at most its cap of worker slots; the fast host's deliveries finish
+	// while every slow call is still hanging.
+	for _, id := range fastIDs {
+		b.waitState(t, id, domain.StateDelivered, 10*time.Second)
+	}
+	if m := slow.maxInFlight(); m > 2 {
+		t.Fatalf("slow host had %d calls in flight, cap is 2", m)
+	}
+	deferred := 0
+	for _, id := range slowIDs {
+		deferred += len(eventsOfType(b.history(t, id), domain.EventDeferred))
+	}
+	if deferred == 0 {
+		t.Fatalf("no slow delivery was deferred by the host cap")
+	}
+}
+
+func TestMetricsExposeTheSignals(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	id := b.accept(t, "metrics-1", b.sink.URL+"/m", domain.PriorityHigh)
+	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	resp, err := http.Get(b.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	text := sb.String()
+	for _, want := range []string{
+		`ledger_accepted_deliveries_total{channel="webhook",priority="high"} 1`,
+		`ledger_attempts_total{channel="webhook",outcome="delivered",provider="webhook"} 1`,
+		`ledger_attempt_duration_seconds_bucket`,
+		`ledger_accept_to_delivered_seconds_bucket`,
+		`ledger_relay_lag_seconds_bucket`,
+		`ledger_queue_messages{queue="` + b.cfg.AMQPPrefix + `.webhook"}`,
+		`ledger_provider_in_flight{provider="webhook"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+var _ = sync.Mutex{}
+
+func TestGracefulShutdownFinishesInFlightAndRequeuesTheRest(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	cfg.WorkerConcurrency = 2
+	first := startApp(t, schema, cfg)
+	gate := make(chan struct{})
+	first.sink.script(func(*http.Request, int) (int, http.Header) {
+		<-gate
+		return http.StatusOK, nil
+	})
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, first.accept(t, fmt.Sprintf("drain-%d", i), first.sink.URL+"/d", domain.PriorityNormal))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for first.sink.total() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("attempts did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		first.stop() // SIGTERM: stop consuming, wait for in-flight attempts
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("the app stopped before its in-flight attempts finished")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate)
+	<-stopped
+
+	// A new process picks up what the first gave back; no attempt was counted for it.
+	second := startApp(t, schema, cfg)
+	second.sink = first.sink
+	for _, id := range ids {
+		st := second.waitState(t, id, domain.StateDelivered, 20*time.Second)
+		if st.Attempts != 1 {
+			t.Fatalf("delivery %s needed %d attempts, want 1", id, st.Attempts)
+		}
+		if n := len(eventsOfType(second.history(t, id), domain.EventAttemptStarted)); n != 1 {
+			t.Fatalf("delivery %s has %d attempts started, want 1", id, n)
+		}
+	}
+	if got := first.sink.total(); got != 5 {
+		t.Fatalf("sink saw %d calls for 5 deliveries", got)
+	}
+}
