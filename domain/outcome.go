@@ -54,18 +54,21 @@ type RetryPolicy struct {
 	Cap time.Duration
 	// MaxAttempts is the number of attempts in one cycle, the first included.
 	MaxAttempts int
+	// RetryAfterMax bounds a provider's Retry-After (zero: no bound).
+	RetryAfterMax time.Duration
 }
 
 // Defaults of the retry policy.
 const (
-	DefaultRetryBase   = 30 * time.Second
-	DefaultRetryCap    = 30 * time.Minute
-	DefaultMaxAttempts = 10
+	DefaultRetryBase     = 30 * time.Second
+	DefaultRetryCap      = 30 * time.Minute
+	DefaultMaxAttempts   = 10
+	DefaultRetryAfterMax = time.Hour
 )
 
 // DefaultRetryPolicy returns the policy used when nothing is configured.
 func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{Base: DefaultRetryBase, Cap: DefaultRetryCap, MaxAttempts: DefaultMaxAttempts}
+	return RetryPolicy{Base: DefaultRetryBase, Cap: DefaultRetryCap, MaxAttempts: DefaultMaxAttempts, RetryAfterMax: DefaultRetryAfterMax}
 }
 
 // Ceiling is the largest delay after the given failed attempt (1-based): Base·2^(attempt-1),
@@ -85,9 +88,12 @@ func (p RetryPolicy) Ceiling(attempt int) time.Duration {
 
 // NextAttemptAt is the retry schedule: full jitter (a uniformly random delay up to the ceiling;
 // jitter is a number in [0,1) supplied by the caller, so the function stays pure), and a
-// provider's Retry-After wins when it is longer.
+// provider's Retry-After (bounded by RetryAfterMax) wins when it is longer.
 func (p RetryPolicy) NextAttemptAt(attempt int, now time.Time, jitter float64, retryAfter time.Duration) time.Time {
 	delay := time.Duration(jitter * float64(p.Ceiling(attempt)))
+	if p.RetryAfterMax > 0 && retryAfter > p.RetryAfterMax {
+		retryAfter = p.RetryAfterMax
+	}
 	if retryAfter > delay {
 		delay = retryAfter
 	}

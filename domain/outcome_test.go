@@ -204,3 +204,15 @@ func TestTiersCoverEveryCeiling(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryAfterIsBoundedByRetryAfterMax(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 5, RetryAfterMax: time.Hour}
+	if got := p.NextAttemptAt(1, now, 0, 3*time.Hour); !got.Equal(now.Add(time.Hour)) {
+		t.Fatalf("Retry-After 3h with max 1h: next at %s, want now+1h", got.Sub(now))
+	}
+	if got := p.NextAttemptAt(1, now, 0, 30*time.Minute); !got.Equal(now.Add(30 * time.Minute)) {
+		t.Fatalf("Retry-After 30m: next at %s, want now+30m", got.Sub(now))
+	}
+}

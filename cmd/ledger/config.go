@@ -43,6 +43,7 @@ type Config struct {
 	RetryBase         time.Duration
 	RetryCap          time.Duration
 	MaxAttempts       int
+	RetryAfterMax     time.Duration
 	ShutdownTimeout   time.Duration
 	LogLevel          string
 	Roles             string
@@ -82,6 +83,7 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryBase, "retry-base", domain.DefaultRetryBase, "ceiling of the first retry delay (doubles per attempt)")
 	fs.DurationVar(&c.RetryCap, "retry-cap", domain.DefaultRetryCap, "largest retry delay")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", domain.DefaultMaxAttempts, "attempts per delivery (default and maximum of a request's max_attempts)")
+	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", domain.DefaultRetryAfterMax, "longest provider Retry-After honoured")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long in-flight attempts may finish after SIGTERM")
 	fs.StringVar(&c.Roles, "roles", defaultRoles, "comma-separated roles to run: "+strings.Join(allRoles, ", "))
 	fs.StringVar(&c.PriorityShares, "priority-shares", defaultPriorityShares, "reserved share (percent) of worker slots per priority class; unused share is lent")
@@ -160,7 +162,7 @@ func (c *Config) limiter() (*limit.Limiter, error) {
 
 // policy is the server's retry policy.
 func (c *Config) policy() domain.RetryPolicy {
-	return domain.RetryPolicy{Base: c.RetryBase, Cap: c.RetryCap, MaxAttempts: c.MaxAttempts}
+	return domain.RetryPolicy{Base: c.RetryBase, Cap: c.RetryCap, MaxAttempts: c.MaxAttempts, RetryAfterMax: c.RetryAfterMax}
 }
 
 // logger builds the process logger.

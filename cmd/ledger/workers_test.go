@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -360,8 +359,6 @@ func TestMetricsExposeTheSignals(t *testing.T) {
 		}
 	}
 }
-
-var _ = sync.Mutex{}
 
 func TestGracefulShutdownFinishesInFlightAndRequeuesTheRest(t *testing.T) {
 	t.Parallel()
