@@ -183,9 +183,8 @@ func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord
 	var stored []byte
 	var replayed bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		lockKey := strconv.Itoa(len(rec.Tenant)) + ":" + rec.Tenant + "/" + rec.RequestKey
 		var locked bool
-		if err := tx.QueryRow(ctx, acceptRequestLock, lockKey).Scan(&locked); err != nil {
+		if err := tx.QueryRow(ctx, acceptRequestLock, acceptLockKey(rec.Tenant, rec.RequestKey)).Scan(&locked); err != nil {
 			return err
 		}
 		if !locked {

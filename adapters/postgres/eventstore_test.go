@@ -274,36 +274,67 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	}
 }
 
-func TestRecordAcceptOncePerKey(t *testing.T) {
+// acceptStores are the implementations of commands.AcceptStore: one conformance suite runs on
+// each.
+var acceptStores = map[string]func(t *testing.T, b *storeBundle) commands.AcceptStore{
+	"single": func(_ *testing.T, b *storeBundle) commands.AcceptStore { return b.store },
+	"batched": func(t *testing.T, b *storeBundle) commands.AcceptStore {
+		batcher := postgres.NewAcceptBatcher(b.store, 2, 16)
+		t.Cleanup(batcher.Close)
+		return batcher
+	},
+}
+
+func TestAcceptStoreConformance(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	for name, build := range acceptStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("OncePerKey", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				testRecordAcceptOncePerKey(t, b, build(t, b))
+			})
+			t.Run("InFlight", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				testRecordAcceptInFlight(t, b, build(t, b))
+			})
+			t.Run("Concurrent", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				testRecordAcceptConcurrent(t, b, build(t, b))
+			})
+		})
+	}
+}
+
+func testRecordAcceptOncePerKey(t *testing.T, b *storeBundle, store commands.AcceptStore) {
 	ctx := context.Background()
 	_, events := acceptedEvents(t)
 	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "k1", RequestHash: []byte("h1"), Events: events, Response: []byte(`{"n":1}`)}
-	resp, replayed, err := b.store.RecordAccept(ctx, rec)
+	resp, replayed, err := store.RecordAccept(ctx, rec)
 	if err != nil || replayed || string(resp) != `{"n":1}` {
 		t.Fatalf("first: %s %v %v", resp, replayed, err)
 	}
 	rec.Response = []byte(`{"n":2}`)
-	resp, replayed, err = b.store.RecordAccept(ctx, rec)
+	resp, replayed, err = store.RecordAccept(ctx, rec)
 	if err != nil || !replayed || string(resp) != `{"n": 1}` && string(resp) != `{"n":1}` {
 		t.Fatalf("repeat: %s %v %v", resp, replayed, err)
 	}
 	rec.RequestHash = []byte("other")
-	if _, _, err := b.store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestMismatch) {
+	if _, _, err := store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestMismatch) {
 		t.Fatalf("other body: got %v, want ErrRequestMismatch", err)
 	}
 	// The same key under another tenant is another request.
 	_, otherEvents := acceptedEvents(t)
 	rec2 := commands.AcceptRecord{Tenant: "globex", RequestKey: "k1", RequestHash: []byte("h1"), Events: otherEvents, Response: []byte(`{}`)}
-	if _, replayed, err := b.store.RecordAccept(ctx, rec2); err != nil || replayed {
+	if _, replayed, err := store.RecordAccept(ctx, rec2); err != nil || replayed {
 		t.Fatalf("other tenant: %v %v", replayed, err)
 	}
 }
 
-func TestRecordAcceptInFlight(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+func testRecordAcceptInFlight(t *testing.T, b *storeBundle, store commands.AcceptStore) {
 	ctx := context.Background()
 	// Hold the first request inside its transaction: lock the events table so its insert waits.
 	blocker, err := b.schema.Pool.Begin(ctx)
@@ -317,11 +348,11 @@ func TestRecordAcceptInFlight(t *testing.T) {
 	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "slow", RequestHash: []byte("h"), Events: events, Response: []byte(`{}`)}
 	first := make(chan error, 1)
 	go func() {
-		_, _, err := b.store.RecordAccept(ctx, rec)
+		_, _, err := store.RecordAccept(ctx, rec)
 		first <- err
 	}()
 	waitForLockWait(t, b, "events")
-	if _, _, err := b.store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestInFlight) {
+	if _, _, err := store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestInFlight) {
 		t.Fatalf("concurrent repeat: got %v, want ErrRequestInFlight", err)
 	}
 	if err := blocker.Rollback(ctx); err != nil {
@@ -330,9 +361,70 @@ func TestRecordAcceptInFlight(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("first request: %v", err)
 	}
-	if _, replayed, err := b.store.RecordAccept(ctx, rec); err != nil || !replayed {
+	if _, replayed, err := store.RecordAccept(ctx, rec); err != nil || !replayed {
 		t.Fatalf("repeat after completion: %v %v", replayed, err)
 	}
+}
+
+// testRecordAcceptConcurrent: many requests at once, some repeated, each answered as if alone.
+func testRecordAcceptConcurrent(t *testing.T, b *storeBundle, store commands.AcceptStore) {
+	ctx := context.Background()
+	const n = 40
+	type answer struct {
+		resp     []byte
+		replayed bool
+		err      error
+	}
+	answers := make([]answer, 2*n)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, events := acceptedEvents(t)
+			key := fmt.Sprintf("k%d", i%n) // every key is sent twice
+			rec := commands.AcceptRecord{Tenant: "acme", RequestKey: key, RequestHash: []byte(key), Events: events,
+				Response: []byte(fmt.Sprintf(`{"key":%q,"from":%d}`, key, i))}
+			if i%n == 7 {
+				rec.RequestHash = []byte(fmt.Sprintf("other-%d", i)) // the two copies of k7 differ
+			}
+			resp, replayed, err := store.RecordAccept(ctx, rec)
+			answers[i] = answer{resp, replayed, err}
+		}()
+	}
+	wg.Wait()
+	for k := range n {
+		a, c := answers[k], answers[k+n]
+		ok := 0
+		for _, x := range []answer{a, c} {
+			switch {
+			case x.err == nil && !x.replayed:
+				ok++
+			case x.err == nil && x.replayed, errors.Is(x.err, commands.ErrRequestInFlight):
+			case k == 7 && errors.Is(x.err, commands.ErrRequestMismatch):
+			default:
+				t.Fatalf("key k%d: unexpected answer %+v", k, x)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("key k%d was recorded %d times, want once", k, ok)
+		}
+	}
+	var events, requests int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM accept_requests`).Scan(&requests); err != nil {
+		t.Fatal(err)
+	}
+	if events != n || requests != n {
+		t.Fatalf("%d events and %d requests recorded, want %d of each", events, requests, n)
+	}
+	var txs int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(DISTINCT transaction_id) FROM events`).Scan(&txs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d accepts committed in %d transactions", n, txs)
 }
 
 // waitForLockWait polls pg_locks until some backend waits for a lock on the schema's table.

@@ -45,6 +45,7 @@ type App struct {
 	workers    map[string]*worker.Worker
 	metrics    *metrics.Metrics
 	scheduler  *fairshare.Scheduler
+	batcher    *postgres.AcceptBatcher
 }
 
 // appOption adjusts the wiring (tests replace the provider adapter with one that misbehaves).
@@ -139,7 +140,10 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 			a.pool.Close()
 			return nil, fmt.Errorf("--api-keys: %w", err)
 		}
-		accept := commands.NewAcceptHandler(a.store, a.topology, clock, cfg.MaxAttempts)
+		// Concurrent accepts share transactions (group commit); each caller is answered after
+		// the commit that holds its rows.
+		a.batcher = postgres.NewAcceptBatcher(a.store, postgres.DefaultAcceptCommitters, postgres.DefaultAcceptBatch)
+		accept := commands.NewAcceptHandler(a.batcher, a.topology, clock, cfg.MaxAttempts)
 		accept.OnAccepted = a.metrics.Accepted
 		api, err := httpapi.New(httpapi.Config{
 			APIKeys:  keys,
@@ -261,6 +265,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.logger.Info("ledger running", "roles", a.cfg.Roles, "http", a.Addr(), "amqp_prefix", a.cfg.AMQPPrefix)
 	wg.Wait()
+	if a.batcher != nil {
+		a.batcher.Close()
+	}
 	close(errs)
 	return errors.Join(drain(errs)...)
 }

@@ -1,0 +1,240 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// AcceptBatcher records concurrent accept requests in shared transactions (group commit): one
+// round of locks, one insert per table and one fsync for a whole batch, while each caller still
+// gets its own answer. A transaction per request caps accept throughput at the database's commit
+// rate; batching lifts the cap without weakening the contract, because a caller is answered only
+// after the transaction holding its rows has committed.
+type AcceptBatcher struct {
+	store    *EventStore
+	queue    chan *acceptCall
+	maxBatch int
+	wg       sync.WaitGroup
+	stop     chan struct{}
+}
+
+var _ commands.AcceptStore = (*AcceptBatcher)(nil)
+
+type acceptCall struct {
+	ctx  context.Context
+	rec  commands.AcceptRecord
+	done chan acceptAnswer
+}
+
+type acceptAnswer struct {
+	response []byte
+	replayed bool
+	err      error
+}
+
+// Group commit defaults: a few committers overlap one batch's fsync with the next one's work.
+const (
+	DefaultAcceptCommitters = 4
+	DefaultAcceptBatch      = 128
+)
+
+// NewAcceptBatcher starts committers goroutines that take up to maxBatch waiting requests each.
+// Close stops them.
+func NewAcceptBatcher(store *EventStore, committers, maxBatch int) *AcceptBatcher {
+	if committers < 1 {
+		committers = DefaultAcceptCommitters
+	}
+	if maxBatch < 1 {
+		maxBatch = DefaultAcceptBatch
+	}
+	b := &AcceptBatcher{store: store, queue: make(chan *acceptCall), maxBatch: maxBatch, stop: make(chan struct{})}
+	for range committers {
+		b.wg.Add(1)
+		go b.run()
+	}
+	return b
+}
+
+// Close stops the committers after the batches in progress.
+func (b *AcceptBatcher) Close() {
+	close(b.stop)
+	b.wg.Wait()
+}
+
+// RecordAccept queues the request for the next batch and waits for its answer.
+func (b *AcceptBatcher) RecordAccept(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
+	call := &acceptCall{ctx: ctx, rec: rec, done: make(chan acceptAnswer, 1)}
+	select {
+	case b.queue <- call:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	case <-b.stop:
+		return b.store.RecordAccept(ctx, rec)
+	}
+	select {
+	case a := <-call.done:
+		return a.response, a.replayed, a.err
+	case <-ctx.Done():
+		// The batch may still commit; a retry with the same key then gets the stored answer.
+		return nil, false, ctx.Err()
+	}
+}
+
+func (b *AcceptBatcher) run() {
+	defer b.wg.Done()
+	for {
+		var first *acceptCall
+		select {
+		case first = <-b.queue:
+		case <-b.stop:
+			return
+		}
+		batch := []*acceptCall{first}
+	drain:
+		for len(batch) < b.maxBatch {
+			select {
+			case c := <-b.queue:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		b.commit(batch)
+	}
+}
+
+const acceptRequestLockMany = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, 0))
+FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i) ORDER BY i`
+
+const acceptRequestGetMany = `SELECT r.tenant, r.request_key, r.request_hash, r.response
+FROM accept_requests r JOIN unnest($1::text[], $2::text[]) AS u(tenant, request_key)
+  ON r.tenant = u.tenant AND r.request_key = u.request_key`
+
+const acceptRequestPutMany = `INSERT INTO accept_requests (tenant, request_key, request_hash, response)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[])`
+
+func acceptLockKey(tenant, key string) string {
+	return strconv.Itoa(len(tenant)) + ":" + tenant + "/" + key
+}
+
+// commit records a batch in one transaction. If the shared transaction fails, each request is
+// retried alone, so one bad request cannot fail its neighbours.
+func (b *AcceptBatcher) commit(batch []*acceptCall) {
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- acceptAnswer{err: err}
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if len(live) == 1 {
+		resp, replayed, err := b.store.RecordAccept(live[0].ctx, live[0].rec)
+		live[0].done <- acceptAnswer{resp, replayed, err}
+		return
+	}
+	answers, err := b.commitShared(live)
+	if err != nil {
+		for _, c := range live {
+			resp, replayed, err := b.store.RecordAccept(c.ctx, c.rec)
+			c.done <- acceptAnswer{resp, replayed, err}
+		}
+		return
+	}
+	for i, c := range live {
+		c.done <- answers[i]
+	}
+}
+
+func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error) {
+	answers := make([]acceptAnswer, len(calls))
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.store.pool, func(tx pgx.Tx) error {
+		lockKeys := make([]string, len(calls))
+		tenants, keys := make([]string, len(calls)), make([]string, len(calls))
+		for i, c := range calls {
+			lockKeys[i] = acceptLockKey(c.rec.Tenant, c.rec.RequestKey)
+			tenants[i], keys[i] = c.rec.Tenant, c.rec.RequestKey
+		}
+		rows, err := tx.Query(ctx, acceptRequestLockMany, lockKeys)
+		if err != nil {
+			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+		if err != nil {
+			return err
+		}
+		type stored struct{ hash, response []byte }
+		existing := map[string]stored{}
+		rows, err = tx.Query(ctx, acceptRequestGetMany, tenants, keys)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var tenant, key string
+			var s stored
+			if err := rows.Scan(&tenant, &key, &s.hash, &s.response); err != nil {
+				rows.Close()
+				return err
+			}
+			existing[acceptLockKey(tenant, key)] = s
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+
+		seen := map[string]bool{}
+		var newTenants, newKeys, newResponses []string
+		var newHashes [][]byte
+		var events = calls[0].rec.Events[:0:0]
+		var outbox []commands.OutboxMessage
+		for i, c := range calls {
+			k := lockKeys[i]
+			switch s, found := existing[k]; {
+			case !locked[i] || seen[k]:
+				// Another transaction, or an earlier request of this batch, holds the key.
+				answers[i] = acceptAnswer{err: commands.ErrRequestInFlight}
+			case found && string(s.hash) == string(c.rec.RequestHash):
+				answers[i] = acceptAnswer{response: s.response, replayed: true}
+			case found:
+				answers[i] = acceptAnswer{err: commands.ErrRequestMismatch}
+			default:
+				answers[i] = acceptAnswer{response: c.rec.Response}
+				events = append(events, c.rec.Events...)
+				outbox = append(outbox, c.rec.Outbox...)
+				newTenants = append(newTenants, c.rec.Tenant)
+				newKeys = append(newKeys, c.rec.RequestKey)
+				newHashes = append(newHashes, c.rec.RequestHash)
+				newResponses = append(newResponses, string(c.rec.Response))
+			}
+			seen[k] = true
+		}
+		if len(events) > 0 {
+			if err := appendEvents(ctx, tx, events); err != nil {
+				return err
+			}
+		}
+		if err := publishOutbox(ctx, tx, outbox); err != nil {
+			return err
+		}
+		if len(newKeys) > 0 {
+			if _, err := tx.Exec(ctx, acceptRequestPutMany, newTenants, newKeys, newHashes, newResponses); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(errors.New("shared accept transaction"), err)
+	}
+	return answers, nil
+}
