@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/ledger
 TEST_DB ?= ledger_test
 
-.PHONY: help build run test lint services
+.PHONY: help build run test lint services bench
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,3 +25,7 @@ lint: ## go vet, gofmt, and the rule that domain/ imports only the standard libr
 
 test: services lint ## the whole test suite against the real PostgreSQL and RabbitMQ
 	$(GO) test -race -count=1 -timeout 9m ./...
+
+bench: build services ## the benchmark: raw baselines and the ledger, in one run (bench/results/)
+	scripts/services.sh ledger
+	$(BIN) bench --out bench/results/latest.json $(BENCH_FLAGS)

@@ -46,13 +46,20 @@ type App struct {
 	metrics    *metrics.Metrics
 	scheduler  *fairshare.Scheduler
 	batcher    *postgres.AcceptBatcher
+	opts       appOptions
 }
 
 // appOption adjusts the wiring (tests replace the provider adapter with one that misbehaves).
 type appOption func(*appOptions)
 
 type appOptions struct {
-	sender commands.Sender
+	sender        commands.Sender
+	relayObserver func(lag time.Duration)
+}
+
+// withRelayObserver is told the lag (outbox write → broker confirm) of every relayed message.
+func withRelayObserver(f func(time.Duration)) appOption {
+	return func(o *appOptions) { o.relayObserver = f }
 }
 
 // withSender replaces the webhook adapter.
@@ -70,6 +77,7 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 	}
 	policy := cfg.policy()
 	a := &App{
+		opts:   opts,
 		cfg:    cfg,
 		logger: logger,
 		roles:  roles,
@@ -81,7 +89,7 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 		workers: map[string]*worker.Worker{},
 		metrics: metrics.New(),
 	}
-	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", 0)
+	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", int32(cfg.DatabaseMaxConns))
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +309,11 @@ func (a *App) runRelay(ctx context.Context) error {
 // recordQueued appends "queued" for messages that carry the first attempt of a delivery.
 func (a *App) recordQueued(ctx context.Context, _ string, msg *message.Message) error {
 	if at, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(commands.MetaEnqueuedAt)); err == nil {
-		a.metrics.Relayed(time.Since(at))
+		lag := time.Since(at)
+		a.metrics.Relayed(lag)
+		if a.opts.relayObserver != nil {
+			a.opts.relayObserver(lag)
+		}
 	}
 	if msg.Metadata.Get(commands.MetaMarkQueued) != "true" {
 		return nil

@@ -24,6 +24,7 @@ const (
 	defaultShutdownTimeout   = 30 * time.Second
 	defaultRoles             = "api,relay,worker"
 	defaultPriorityShares    = "high=60,normal=30,low=10"
+	defaultDatabaseMaxConns  = 32
 )
 
 // allRoles are the roles `serve` can run.
@@ -33,6 +34,7 @@ var allRoles = []string{"api", "relay", "worker"}
 // same name (--database-url / LEDGER_DATABASE_URL).
 type Config struct {
 	DatabaseURL       string
+	DatabaseMaxConns  int
 	AMQPURL           string
 	AMQPPrefix        string
 	HTTPAddr          string
@@ -74,6 +76,7 @@ func (c *Config) connectionFlags(fs *flag.FlagSet) {
 func (c *Config) serveFlags(fs *flag.FlagSet) {
 	c.connectionFlags(fs)
 	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL")
+	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API listens on")
 	fs.StringVar(&c.APIKeys, "api-keys", "", "comma-separated tenant:key pairs; requests need `Authorization: Bearer <key>`")

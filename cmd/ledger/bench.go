@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+)
+
+// benchOptions are the knobs of `ledger bench`.
+type benchOptions struct {
+	Quick       bool
+	Phase       time.Duration // duration of each throughput measurement
+	Rate        int           // fixed rate of the latency run (deliveries/s)
+	RateFor     time.Duration // duration of the latency run
+	AuditEvents int           // events in the log for the audit query measurement
+	AuditReads  int
+	Out         string
+	ResultsDir  string
+}
+
+func (o *benchOptions) applyQuick() {
+	if o.Quick {
+		o.Phase = 3 * time.Second
+		o.RateFor = 8 * time.Second
+		o.AuditReads = 1000
+	}
+}
+
+// benchReport is what `ledger bench` writes as JSON.
+type benchReport struct {
+	StartedAt  time.Time          `json:"started_at"`
+	Machine    benchMachine       `json:"machine"`
+	Quick      bool               `json:"quick"`
+	Void       bool               `json:"void"`
+	VoidReason string             `json:"void_reason,omitempty"`
+	Ratios     map[string]float64 `json:"ratios"`
+	LatencyMS  map[string]float64 `json:"latency_ms"`
+	Throughput map[string]float64 `json:"throughput_per_s"`
+	Counts     map[string]int     `json:"counts"`
+	Targets    []benchTarget      `json:"targets"`
+	// Samples keeps latency distributions (ms) for the chart.
+	Samples map[string][]float64 `json:"-"`
+}
+
+type benchMachine struct {
+	CPUs     int    `json:"cpus"`
+	GoArch   string `json:"goarch"`
+	Hostname string `json:"hostname"`
+	Postgres string `json:"postgres"`
+	RabbitMQ string `json:"rabbitmq"`
+}
+
+type benchTarget struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Got    float64 `json:"got"`
+	Passed bool    `json:"passed"`
+}
+
+// latencies collects samples safely from many goroutines.
+type latencies struct {
+	mu sync.Mutex
+	v  []float64 // milliseconds
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.v = append(l.v, float64(d.Microseconds())/1000)
+	l.mu.Unlock()
+}
+
+func (l *latencies) sorted() []float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := append([]float64(nil), l.v...)
+	sort.Float64s(out)
+	return out
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted)-1) + 0.5)
+	return sorted[i]
+}
+
+// benchEnv is one isolated schema + prefix with a running ledger.
+type benchEnv struct {
+	schema string
+	url    string
+	pool   *pgxpool.Pool
+	app    *App
+	cancel context.CancelFunc
+	done   chan error
+	base   string
+	prefix string
+}
+
+func benchSchemaURL(dbURL, schema string) string {
+	sep := "?"
+	if bytes.ContainsRune([]byte(dbURL), '?') {
+		sep = "&"
+	}
+	return dbURL + sep + "search_path=" + schema
+}
+
+// newBenchEnv creates a schema, migrates it and (if roles is not empty) starts a ledger on it.
+func newBenchEnv(ctx context.Context, base Config, name, roles string, opts ...appOption) (*benchEnv, error) {
+	schema := fmt.Sprintf("bench_%s_%d", name, time.Now().UnixNano()%1e9)
+	admin, err := pgx.Connect(ctx, base.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close(ctx)
+		return nil, err
+	}
+	admin.Close(ctx)
+	env := &benchEnv{schema: schema, url: benchSchemaURL(base.DatabaseURL, schema), prefix: "bench-" + schema}
+	env.pool, err = postgres.Connect(ctx, env.url, "", 8)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := postgres.Migrate(ctx, env.pool, -1, nil); err != nil {
+		return nil, err
+	}
+	if roles == "" {
+		return env, nil
+	}
+	cfg := base
+	cfg.DatabaseURL = env.url
+	cfg.AMQPPrefix = env.prefix
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Roles = roles
+	cfg.APIKeys = "bench:bench-key"
+	cfg.WebhookAllowCIDRs = "127.0.0.0/8"
+	cfg.HostConcurrency = 0
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runCtx, cancel := context.WithCancel(context.Background())
+	env.app, err = buildApp(runCtx, cfg, logger, opts...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	env.cancel = cancel
+	env.done = make(chan error, 1)
+	go func() { env.done <- env.app.Run(runCtx) }()
+	if env.app.Addr() != "" {
+		env.base = "http://" + env.app.Addr()
+	}
+	return env, nil
+}
+
+func (e *benchEnv) close(ctx context.Context, base Config) {
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+		if conn, err := amqp091.Dial(base.AMQPURL); err == nil {
+			_ = e.app.topology.Delete(conn)
+			conn.Close()
+		}
+	}
+	e.pool.Close()
+	if admin, err := pgx.Connect(ctx, base.DatabaseURL); err == nil {
+		_, _ = admin.Exec(ctx, "DROP SCHEMA "+e.schema+" CASCADE")
+		admin.Close(ctx)
+	}
+}
+
+// benchSink is the local webhook receiver of the benchmark: it answers 200 at once.
+type benchSink struct {
+	server   *http.Server
+	url      string
+	received atomic.Int64
+}
+
+func startBenchSink() (*benchSink, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &benchSink{url: "http://" + l.Addr().String() + "/hook"}
+	s.server = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		s.received.Add(1)
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = s.server.Serve(l) }()
+	return s, nil
+}
+
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
+
+// acceptOne sends one delivery; it returns the delivery id.
+func acceptOne(base, recipient string) (string, error) {
+	body := fmt.Sprintf(`{"channel":"webhook","recipient":%q,"payload":{"order":%d,"text":"benchmark"}}`, recipient, rand.IntN(1e9))
+	req, _ := http.NewRequest("POST", base+"/v1/deliveries", bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer bench-key")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", uuid.NewString())
+	resp, err := benchClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("accept: %d %s", resp.StatusCode, b)
+	}
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return "", err
+	}
+	return a.ID, nil
+}
+
+// closedLoop runs fn from n goroutines until d has passed; it returns completed calls and
+// latencies.
+func closedLoop(n int, d time.Duration, fn func() error) (int64, *latencies, error) {
+	var done atomic.Int64
+	var firstErr atomic.Value
+	lat := &latencies{}
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				start := time.Now()
+				if err := fn(); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				lat.add(time.Since(start))
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return done.Load(), lat, err
+	}
+	return done.Load(), lat, nil
+}
+
+func benchLog(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "bench: "+format+"\n", args...)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}

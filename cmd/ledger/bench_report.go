@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// printBenchTable prints the report as a table.
+func printBenchTable(rep *benchReport, w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nmeasure\tvalue\n")
+	keys := func(m map[string]float64) []string {
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		return ks
+	}
+	for _, k := range keys(rep.Throughput) {
+		fmt.Fprintf(tw, "%s\t%.0f /s\n", k, rep.Throughput[k])
+	}
+	for _, k := range keys(rep.LatencyMS) {
+		fmt.Fprintf(tw, "%s\t%.2f ms\n", k, rep.LatencyMS[k])
+	}
+	for _, k := range keys(rep.Ratios) {
+		fmt.Fprintf(tw, "%s\t%.2fx\n", k, rep.Ratios[k])
+	}
+	fmt.Fprintf(tw, "\ntarget\twant\tgot\tmet\n")
+	for _, t := range rep.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%v\n", t.Name, t.Want, t.Got, t.Passed)
+	}
+	tw.Flush()
+	if rep.Void {
+		fmt.Fprintf(w, "\nVOID: %s\n", rep.VoidReason)
+	}
+}
+
+// writeBenchReport writes the JSON report to out (if set) and a timestamped JSON report and SVG
+// latency chart to dir.
+func writeBenchReport(rep *benchReport, out, dir string) ([]string, error) {
+	body, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	var written []string
+	if out != "" {
+		if err := os.WriteFile(out, append(body, '\n'), 0o644); err != nil {
+			return nil, err
+		}
+		written = append(written, out)
+	}
+	if dir == "" {
+		return written, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return written, err
+	}
+	stamp := rep.StartedAt.Format("20060102-150405")
+	jsonPath := filepath.Join(dir, "bench-"+stamp+".json")
+	if err := os.WriteFile(jsonPath, append(body, '\n'), 0o644); err != nil {
+		return written, err
+	}
+	svgPath := filepath.Join(dir, "bench-"+stamp+".svg")
+	if err := os.WriteFile(svgPath, []byte(latencySVG(rep)), 0o644); err != nil {
+		return written, err
+	}
+	return append(written, jsonPath, svgPath), nil
+}
+
+// latencySVG draws each latency distribution as a CDF on a logarithmic time axis.
+func latencySVG(rep *benchReport) string {
+	const w, h, left, bottom, top, right = 760, 420, 60, 50, 30, 200
+	minMS, maxMS := 0.1, 1000.0
+	x := func(ms float64) float64 {
+		ms = math.Min(math.Max(ms, minMS), maxMS)
+		return left + (math.Log10(ms)-math.Log10(minMS))/(math.Log10(maxMS)-math.Log10(minMS))*(w-left-right)
+	}
+	y := func(q float64) float64 { return top + (1-q)*(h-top-bottom) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`, w, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="13">ledger bench %s: latency distributions (CDF)</text>`, left, rep.StartedAt.Format(time.RFC3339))
+	for _, ms := range []float64{0.1, 1, 5, 10, 50, 100, 1000} {
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%g ms</text>`,
+			x(ms), top, x(ms), h-bottom, x(ms), h-bottom+15, ms)
+	}
+	for _, q := range []float64{0, .5, .9, .99, 1} {
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">p%g</text>`,
+			left, y(q), w-right, y(q), left-5, y(q)+4, q*100)
+	}
+	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"}
+	var names []string
+	for k := range rep.Samples {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		s := rep.Samples[name]
+		if len(s) == 0 {
+			continue
+		}
+		var pts []string
+		step := max(1, len(s)/400)
+		for j := 0; j < len(s); j += step {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s[j]), y(float64(j+1)/float64(len(s)))))
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(s[len(s)-1]), y(1)))
+		c := colors[i%len(colors)]
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, c, strings.Join(pts, " "))
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s (p99 %.1f ms)</text>`,
+			w-right+10, top+i*18, c, w-right+25, top+i*18+9, name, percentile(s, .99))
+	}
+	b.WriteString(`</svg>`)
+	return b.String()
+}

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+)
+
+// runBench measures the ledger against raw baselines taken in the same run.
+func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer) (*benchReport, error) {
+	rep := &benchReport{
+		StartedAt:  time.Now().UTC(),
+		Quick:      opts.Quick,
+		Ratios:     map[string]float64{},
+		LatencyMS:  map[string]float64{},
+		Throughput: map[string]float64{},
+		Counts:     map[string]int{},
+		Samples:    map[string][]float64{},
+		Machine:    benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
+	}
+	sink, err := startBenchSink()
+	if err != nil {
+		return nil, err
+	}
+	defer sink.server.Close()
+
+	// 1. Raw PostgreSQL: one event row + one outbox row per transaction.
+	pgEnv, err := newBenchEnv(ctx, base, "pg", "")
+	if err != nil {
+		return nil, err
+	}
+	_ = pgEnv.pool.QueryRow(ctx, "SHOW server_version").Scan(&rep.Machine.Postgres)
+	for _, c := range []int{1, 16, 64} {
+		tps, lat, err := benchPostgres(ctx, pgEnv.url, c, opts.Phase)
+		if err != nil {
+			pgEnv.close(ctx, base)
+			return nil, fmt.Errorf("postgres baseline: %w", err)
+		}
+		rep.Throughput[fmt.Sprintf("postgres_tx_%d", c)] = tps
+		rep.LatencyMS[fmt.Sprintf("postgres_tx_p99_%d", c)] = percentile(lat, 0.99)
+		benchLog(out, "postgres baseline, %2d clients: %8.0f tx/s  p50 %6.2f ms  p99 %6.2f ms", c, tps, percentile(lat, .5), percentile(lat, .99))
+	}
+	pgEnv.close(ctx, base)
+
+	// 2. Raw RabbitMQ: persistent publishes with confirms, consumed with manual acks.
+	mq, version, err := benchRabbit(ctx, base.AMQPURL, opts.Phase)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq baseline: %w", err)
+	}
+	rep.Machine.RabbitMQ = version
+	rep.Throughput["rabbitmq_msgs"] = mq
+	benchLog(out, "rabbitmq baseline: %8.0f msg/s (publish with confirms → consume with acks)", mq)
+
+	// 3. Accept throughput over HTTP (api role only).
+	apiEnv, err := newBenchEnv(ctx, base, "api", "api")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []int{1, 16, 64} {
+		n, lat, err := closedLoop(c, opts.Phase, func() error {
+			_, err := acceptOne(apiEnv.base, sink.url)
+			return err
+		})
+		if err != nil {
+			apiEnv.close(ctx, base)
+			return nil, fmt.Errorf("accept at %d clients: %w", c, err)
+		}
+		s := lat.sorted()
+		rps := float64(n) / opts.Phase.Seconds()
+		rep.Throughput[fmt.Sprintf("accept_%d", c)] = rps
+		rep.LatencyMS[fmt.Sprintf("accept_p50_%d", c)] = percentile(s, .5)
+		rep.LatencyMS[fmt.Sprintf("accept_p99_%d", c)] = percentile(s, .99)
+		rep.Ratios[fmt.Sprintf("accept_vs_postgres_%d", c)] = rps / rep.Throughput[fmt.Sprintf("postgres_tx_%d", c)]
+		if c == 64 {
+			rep.Samples["accept at 64 clients"] = s
+		}
+		benchLog(out, "accept over HTTP, %2d clients: %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  (%.2fx postgres)", c, rps, percentile(s, .5), percentile(s, .99), rep.Ratios[fmt.Sprintf("accept_vs_postgres_%d", c)])
+	}
+	apiEnv.close(ctx, base)
+
+	// 4. End to end, sustained: accept as fast as 32 clients can, count what gets delivered.
+	var relayLag latencies
+	e2e, err := newBenchEnv(ctx, base, "e2e", "api,relay,worker", withRelayObserver(relayLag.add))
+	if err != nil {
+		return nil, err
+	}
+	sent, delivered, window, err := benchSustained(ctx, e2e, sink.url, opts.Phase*2)
+	if err != nil {
+		e2e.close(ctx, base)
+		return nil, err
+	}
+	rate := float64(delivered) / window.Seconds()
+	rep.Throughput["e2e_delivered"] = rate
+	rep.Ratios["e2e_vs_rabbitmq"] = rate / mq
+	benchLog(out, "end to end, sustained: %8.0f deliveries/s (%d sent, %d delivered in %s; %.2fx rabbitmq)", rate, sent, delivered, window.Round(time.Millisecond), rep.Ratios["e2e_vs_rabbitmq"])
+	balance, err := benchBalance(ctx, e2e, sent, 60*time.Second)
+	if err != nil {
+		e2e.close(ctx, base)
+		return nil, err
+	}
+	for k, v := range balance {
+		rep.Counts["sustained_"+k] = v
+	}
+	if balance["sent"] != balance["delivered"]+balance["dead"]+balance["unknown"]+balance["in_flight"] {
+		rep.Void, rep.VoidReason = true, fmt.Sprintf("sustained run does not balance: %v", balance)
+	}
+	e2e.close(ctx, base)
+
+	// 5. End to end at a fixed rate, latency from each request's scheduled send time.
+	relayLag = latencies{}
+	fixed, err := newBenchEnv(ctx, base, "rate", "api,relay,worker", withRelayObserver(relayLag.add))
+	if err != nil {
+		return nil, err
+	}
+	lat, counts, err := benchFixedRate(ctx, fixed, sink.url, opts.Rate, opts.RateFor)
+	if err != nil {
+		fixed.close(ctx, base)
+		return nil, err
+	}
+	for k, v := range counts {
+		rep.Counts[fmt.Sprintf("rate_%s", k)] = v
+	}
+	if counts["sent"] != counts["delivered"]+counts["dead"]+counts["unknown"]+counts["in_flight"] {
+		rep.Void, rep.VoidReason = true, fmt.Sprintf("fixed-rate run does not balance: %v", counts)
+	}
+	key := fmt.Sprintf("e2e_p99_at_%d", opts.Rate)
+	rep.LatencyMS[fmt.Sprintf("e2e_p50_at_%d", opts.Rate)] = percentile(lat, .5)
+	rep.LatencyMS[key] = percentile(lat, .99)
+	rep.Samples[fmt.Sprintf("end to end at %d/s", opts.Rate)] = lat
+	benchLog(out, "end to end at %d/s: p50 %6.2f ms  p99 %6.2f ms  (%d deliveries, from scheduled send to recorded delivery)", opts.Rate, percentile(lat, .5), percentile(lat, .99), len(lat))
+	rl := relayLag.sorted()
+	rep.LatencyMS["relay_lag_p50"] = percentile(rl, .5)
+	rep.LatencyMS["relay_lag_p99"] = percentile(rl, .99)
+	rep.Samples["relay lag"] = rl
+	benchLog(out, "relay lag (outbox write → broker confirm): p50 %6.2f ms  p99 %6.2f ms", percentile(rl, .5), percentile(rl, .99))
+	fixed.close(ctx, base)
+
+	// 6. Audit: one delivery's history with a large log.
+	audit, err := newBenchEnv(ctx, base, "audit", "api")
+	if err != nil {
+		return nil, err
+	}
+	al, n, err := benchAudit(ctx, audit, opts.AuditEvents, opts.AuditReads, out)
+	audit.close(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	rep.Counts["audit_log_events"] = n
+	rep.LatencyMS["audit_p50"] = percentile(al, .5)
+	rep.LatencyMS["audit_p99"] = percentile(al, .99)
+	rep.Samples["audit query"] = al
+	benchLog(out, "audit query (GET /v1/deliveries/{id}/events, %d events in the log): p50 %6.2f ms  p99 %6.2f ms", n, percentile(al, .5), percentile(al, .99))
+
+	rep.Targets = []benchTarget{
+		{Name: "accept_vs_postgres_64", Want: ">= 2", Got: rep.Ratios["accept_vs_postgres_64"], Passed: rep.Ratios["accept_vs_postgres_64"] >= 2},
+		{Name: "e2e_vs_rabbitmq", Want: ">= 0.25", Got: rep.Ratios["e2e_vs_rabbitmq"], Passed: rep.Ratios["e2e_vs_rabbitmq"] >= 0.25},
+		{Name: key, Want: "< 50 ms", Got: rep.LatencyMS[key], Passed: rep.LatencyMS[key] < 50},
+		{Name: "relay_lag_p50", Want: "< 20 ms", Got: rep.LatencyMS["relay_lag_p50"], Passed: rep.LatencyMS["relay_lag_p50"] < 20},
+		{Name: "audit_p99", Want: "< 5 ms", Got: rep.LatencyMS["audit_p99"], Passed: rep.LatencyMS["audit_p99"] < 5},
+	}
+	return rep, nil
+}
+
+// benchPostgres runs transactions of one event row and one outbox row from c clients.
+func benchPostgres(ctx context.Context, url string, c int, d time.Duration) (float64, []float64, error) {
+	pool, err := postgres.Connect(ctx, url, "", int32(c+2))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer pool.Close()
+	n, lat, err := closedLoop(c, d, func() error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		id := uuid.New()
+		if _, err := tx.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+			VALUES ($1, 'bench', 1, 'delivery.accepted', $2, '{"channel":"webhook","recipient":"http://127.0.0.1/hook","payload":{"order":1}}', now())`,
+			id, id.String()+"/accepted"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO watermill_ledger_outbox (uuid, payload, metadata, transaction_id)
+			VALUES ($1, '{"delivery_id":"x"}', '{}', pg_current_xact_id())`, id.String()); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+	return float64(n) / d.Seconds(), lat.sorted(), err
+}
+
+// benchRabbit publishes persistent messages with confirms (a window of outstanding confirms)
+// while a consumer acks each one; it returns consumed messages per second.
+func benchRabbit(ctx context.Context, url string, d time.Duration) (float64, string, error) {
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer conn.Close()
+	version, _ := conn.Properties["version"].(string)
+	queue := "bench-baseline-" + uuid.NewString()[:8]
+	pubCh, err := conn.Channel()
+	if err != nil {
+		return 0, "", err
+	}
+	if _, err := pubCh.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		return 0, "", err
+	}
+	defer func() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			ch.Close()
+		}
+	}()
+	if err := pubCh.Confirm(false); err != nil {
+		return 0, "", err
+	}
+	conCh, err := conn.Channel()
+	if err != nil {
+		return 0, "", err
+	}
+	if err := conCh.Qos(256, 0, false); err != nil {
+		return 0, "", err
+	}
+	deliveries, err := conCh.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	var consumed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case m := <-deliveries:
+				_ = m.Ack(false)
+				consumed.Add(1)
+			}
+		}
+	}()
+	body := []byte(`{"delivery_id":"00000000-0000-0000-0000-000000000000","channel":"webhook","recipient":"http://127.0.0.1/hook","payload":{"order":1},"attempt":1}`)
+	const window = 256
+	pending := make(chan *amqp091.DeferredConfirmation, window)
+	errs := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for c := range pending {
+			if ok, err := c.WaitContext(ctx); err != nil || !ok {
+				select {
+				case errs <- errors.Join(errors.New("publish not confirmed"), err):
+				default:
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	deadline := start.Add(d)
+	var startCount int64
+	warm := start.Add(d / 5)
+	warmed := false
+	for time.Now().Before(deadline) {
+		if !warmed && time.Now().After(warm) {
+			startCount, start, warmed = consumed.Load(), time.Now(), true
+		}
+		c, err := pubCh.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp091.Publishing{
+			DeliveryMode: amqp091.Persistent, ContentType: "application/json", Body: body,
+		})
+		if err != nil {
+			close(pending)
+			close(stop)
+			wg.Wait()
+			return 0, version, err
+		}
+		pending <- c
+	}
+	end, endCount := time.Now(), consumed.Load()
+	close(pending)
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, version, err
+	default:
+	}
+	return float64(endCount-startCount) / end.Sub(start).Seconds(), version, nil
+}
+
+// benchSustained accepts from 32 clients for d and counts deliveries recorded in the window
+// after a warm-up fifth.
+func benchSustained(ctx context.Context, env *benchEnv, sinkURL string, d time.Duration) (int, int, time.Duration, error) {
+	var sent atomic.Int64
+	countDelivered := func() (int, error) {
+		var n int
+		err := env.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE type = 'delivery.delivered'`).Scan(&n)
+		return n, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := closedLoop(32, d, func() error {
+			_, err := acceptOne(env.base, sinkURL)
+			if err == nil {
+				sent.Add(1)
+			}
+			return err
+		})
+		done <- err
+	}()
+	time.Sleep(d / 5)
+	from, err := countDelivered()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	start := time.Now()
+	if err := <-done; err != nil {
+		return 0, 0, 0, err
+	}
+	to, err := countDelivered()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return int(sent.Load()), to - from, time.Since(start), nil
+}
+
+// benchBalance waits (up to max) for the deliveries to settle and counts them by state.
+func benchBalance(ctx context.Context, env *benchEnv, sent int, max time.Duration) (map[string]int, error) {
+	deadline := time.Now().Add(max)
+	for {
+		counts, err := stateCounts(ctx, env.pool)
+		if err != nil {
+			return nil, err
+		}
+		counts["sent"] = sent
+		settled := counts["delivered"] + counts["dead"] + counts["unknown"]
+		if settled >= sent || time.Now().After(deadline) {
+			counts["in_flight"] = counts["accepted"] + counts["queued"] + counts["processing"] + counts["retrying"]
+			return counts, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stateCounts counts deliveries by the state of their latest event.
+func stateCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]int, error) {
+	rows, err := pool.Query(ctx, `SELECT type, count(*) FROM (
+		SELECT DISTINCT ON (delivery_id) type FROM events ORDER BY delivery_id, version DESC) last GROUP BY type`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	byType := map[string]string{
+		"delivery.accepted": "accepted", "delivery.queued": "queued", "delivery.deferred": "queued",
+		"delivery.attempt_started": "processing", "delivery.retry_scheduled": "retrying",
+		"delivery.delivered": "delivered", "delivery.dead_lettered": "dead", "delivery.outcome_unknown": "unknown",
+		"delivery.reconciled_delivered": "delivered", "delivery.reconciled_dead": "dead",
+		"delivery.reconciled_retry": "retrying", "delivery.replayed": "queued",
+	}
+	counts := map[string]int{}
+	for rows.Next() {
+		var typ string
+		var n int
+		if err := rows.Scan(&typ, &n); err != nil {
+			return nil, err
+		}
+		counts[byType[typ]] += n
+	}
+	return counts, rows.Err()
+}
+
+// benchFixedRate sends at a fixed rate (open loop: each request at its scheduled time, however
+// slow the previous ones) and measures scheduled send → delivered event recorded.
+func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int, d time.Duration) ([]float64, map[string]int, error) {
+	total := int(float64(rate) * d.Seconds())
+	interval := time.Second / time.Duration(rate)
+	scheduled := make(map[string]time.Time, total)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now().Add(50 * time.Millisecond)
+	for i := range total {
+		at := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(at))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := acceptOne(env.base, sinkURL)
+			if err != nil {
+				failed.CompareAndSwap(nil, err)
+				return
+			}
+			mu.Lock()
+			scheduled[id] = at
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return nil, nil, err
+	}
+	counts, err := benchBalance(ctx, env, len(scheduled), 30*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := env.pool.Query(ctx, `SELECT delivery_id::text, recorded_at FROM events WHERE type = 'delivery.delivered'`)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var lat latencies
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, nil, err
+		}
+		if s, ok := scheduled[id]; ok {
+			lat.add(at.Sub(s))
+		}
+	}
+	return lat.sorted(), counts, rows.Err()
+}
