@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -34,6 +35,33 @@ func NewRecordOutcomeHandler(store EventStore, topics Topics, clock Clock, polic
 	return &RecordOutcomeHandler{store: store, topics: topics, clock: clock, policies: policies, jitter: rand.Float64}
 }
 
+// lateOutcomeEvidence explains a reconciliation by the worker that made the call.
+const lateOutcomeEvidence = "outcome reported by the worker that made the call, after a redelivered copy of its message had marked the attempt unknown"
+
+// lateOutcome reports whether cmd is the real outcome of an attempt already marked unknown.
+func lateOutcome(d *domain.Delivery, cmd RecordOutcome) bool {
+	return d.State() == domain.StateUnknown && d.Attempt() == cmd.Attempt && cmd.Outcome.Kind != domain.OutcomeUnknown
+}
+
+// followUp is the message that must travel with the events just recorded: the delayed next
+// attempt of a retrying delivery, or the dead letter of a dead one.
+func (h *RecordOutcomeHandler) followUp(d *domain.Delivery, eventKey string, now time.Time) ([]OutboxMessage, error) {
+	var msg OutboxMessage
+	var err error
+	switch due := d.NextAttemptAt(); {
+	case d.State() == domain.StateRetrying && due != nil:
+		msg, err = workMessageFor(d, h.topics.Retry(d.Channel(), due.Sub(now)), d.Attempt()+1, *due, eventKey, false)
+	case d.State() == domain.StateDead:
+		msg, err = deadLetterFor(d, h.topics.Dead(d.Channel()), eventKey, now)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []OutboxMessage{msg}, nil
+}
+
 // Handle records the outcome and returns the delivery's state after it. A repeat for an attempt
 // that is already closed records nothing and returns the current state.
 func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (domain.State, error) {
@@ -49,24 +77,20 @@ func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (d
 		now := h.clock.Now()
 		closed, err := d.RecordOutcome(cmd.Attempt, cmd.Outcome, h.policies(d.Channel()), now, h.jitter())
 		if errors.Is(err, domain.ErrStaleAttempt) {
-			return d.State(), nil
+			if !lateOutcome(d, cmd) {
+				return d.State(), nil
+			}
+			// A redelivered copy of this attempt's message marked it unknown while the worker
+			// that made the call was still at it (its broker connection dropped). That worker
+			// knows the outcome: record it as the resolution of the unknown.
+			closed, err = d.Reconcile(cmd.Outcome, lateOutcomeEvidence, "worker", h.policies(d.Channel()), now, h.jitter())
 		}
 		if err != nil {
 			return "", err
 		}
-		var msg OutboxMessage
-		switch due := d.NextAttemptAt(); {
-		case d.State() == domain.StateRetrying && due != nil:
-			msg, err = workMessageFor(d, h.topics.Retry(d.Channel(), due.Sub(now)), d.Attempt()+1, *due, closed[0].Key, false)
-		case d.State() == domain.StateDead:
-			msg, err = deadLetterFor(d, h.topics.Dead(d.Channel()), closed[0].Key, now)
-		}
+		outbox, err := h.followUp(d, closed[0].Key, now)
 		if err != nil {
 			return "", err
-		}
-		var outbox []OutboxMessage
-		if msg.Topic != "" {
-			outbox = append(outbox, msg)
 		}
 		err = h.store.Append(ctx, closed, outbox)
 		switch {

@@ -269,6 +269,35 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 	return nil, fmt.Errorf("record outcome of %s: unknown outcome kind %q", d.id, o.Kind)
 }
 
+// ErrNotUnknown: only an unknown outcome can be reconciled.
+var ErrNotUnknown = errors.New("delivery outcome is not unknown")
+
+// Reconcile resolves the unknown outcome of the latest attempt with evidence: delivered, failed
+// for good (dead), or not sent (retrying, if attempts are left; dead otherwise). An unknown
+// outcome cannot resolve anything.
+func (d *Delivery) Reconcile(o Outcome, evidence, actor string, policy RetryPolicy, now time.Time, jitter float64) ([]Event, error) {
+	if d.state != StateUnknown {
+		return nil, fmt.Errorf("%w: delivery %s is %s", ErrNotUnknown, d.id, d.state)
+	}
+	res := Resolution{Attempt: d.attempt, Evidence: evidence, Actor: actor, StatusCode: o.StatusCode, ProviderOperationID: o.ProviderOperationID}
+	key := KeyReconciled(d.id, d.attempt)
+	switch o.Kind {
+	case OutcomeDelivered:
+		return d.record(now, EventReconciledDelivered, key, res)
+	case OutcomePermanent:
+		return d.record(now, EventReconciledDead, key, res)
+	case OutcomeTransient:
+		if d.AttemptsInCycle() >= d.maxAttempts {
+			res.Exhausted = true
+			return d.record(now, EventReconciledDead, key, res)
+		}
+		next := policy.NextAttemptAt(d.AttemptsInCycle(), now, jitter, o.RetryAfter).UTC()
+		res.NextAttemptAt = &next
+		return d.record(now, EventReconciledRetry, key, res)
+	}
+	return nil, fmt.Errorf("reconcile %s: outcome %q resolves nothing", d.id, o.Kind)
+}
+
 // ID returns the delivery's id.
 func (d *Delivery) ID() string { return d.id }
 

@@ -707,3 +707,58 @@ func TestDeferKeepsAttemptAndCountsDeferrals(t *testing.T) {
 		t.Fatalf("start after deferral: %v %v", started, err)
 	}
 }
+
+func TestReconcileResolvesOnlyUnknown(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 2}
+	unknownAt := func(t *testing.T, maxAttempts int) *domain.Delivery {
+		d, _, err := domain.Accept(domain.AcceptSpec{ID: "r1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
+			Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: maxAttempts}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []func() ([]domain.Event, error){
+			func() ([]domain.Event, error) { return d.Queue(now) },
+			func() ([]domain.Event, error) { return d.StartAttempt("webhook", now) },
+			func() ([]domain.Event, error) {
+				return d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeUnknown}, policy, now, 0)
+			},
+		} {
+			if _, err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	cases := []struct {
+		kind        domain.OutcomeKind
+		maxAttempts int
+		want        domain.State
+		event       domain.EventType
+	}{
+		{domain.OutcomeDelivered, 2, domain.StateDelivered, domain.EventReconciledDelivered},
+		{domain.OutcomePermanent, 2, domain.StateDead, domain.EventReconciledDead},
+		{domain.OutcomeTransient, 2, domain.StateRetrying, domain.EventReconciledRetry},
+		{domain.OutcomeTransient, 1, domain.StateDead, domain.EventReconciledDead},
+	}
+	for _, c := range cases {
+		d := unknownAt(t, c.maxAttempts)
+		events, err := d.Reconcile(domain.Outcome{Kind: c.kind, StatusCode: 200}, "provider log line 42", "test", policy, now, 0.5)
+		if err != nil {
+			t.Fatalf("%s: %v", c.kind, err)
+		}
+		if d.State() != c.want || events[0].Type != c.event || events[0].Key != "r1/attempt/1/reconciled" {
+			t.Fatalf("%s (max %d): state %s event %s key %s", c.kind, c.maxAttempts, d.State(), events[0].Type, events[0].Key)
+		}
+	}
+	d := unknownAt(t, 2)
+	if _, err := d.Reconcile(domain.Outcome{Kind: domain.OutcomeUnknown}, "", "", policy, now, 0); err == nil {
+		t.Fatal("an unknown outcome must not resolve an unknown outcome")
+	}
+	d, _, _ = domain.Accept(domain.AcceptSpec{ID: "r2", Tenant: "t", Channel: "webhook", Recipient: "https://x",
+		Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 2}, now)
+	if _, err := d.Reconcile(domain.Outcome{Kind: domain.OutcomeDelivered}, "e", "", policy, now, 0); !errors.Is(err, domain.ErrNotUnknown) {
+		t.Fatalf("reconciling an accepted delivery: %v", err)
+	}
+}

@@ -91,6 +91,10 @@ type Resolution struct {
 	Attempt  int    `json:"attempt"`
 	Evidence string `json:"evidence"`
 	Actor    string `json:"actor,omitempty"`
+	// StatusCode and ProviderOperationID carry the provider's answer when the evidence has one.
+	StatusCode          int    `json:"status_code,omitempty"`
+	ProviderOperationID string `json:"provider_operation_id,omitempty"`
+	Exhausted           bool   `json:"exhausted,omitempty"`
 	// NextAttemptAt is set on EventReconciledRetry.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 }
@@ -115,6 +119,11 @@ func KeyQueued(id string, attempt int) string { return fmt.Sprintf("%s/queued/%d
 // KeyDeferred is the key of the n-th deferral (from 1) of an attempt.
 func KeyDeferred(id string, attempt, n int) string {
 	return fmt.Sprintf("%s/queued/%d/deferred/%d", id, attempt, n)
+}
+
+// KeyReconciled is the key of the resolution of an attempt's unknown outcome: one per attempt.
+func KeyReconciled(id string, attempt int) string {
+	return fmt.Sprintf("%s/attempt/%d/reconciled", id, attempt)
 }
 
 // KeyAttemptStarted is the key of an attempt's EventAttemptStarted.

@@ -41,6 +41,10 @@ const eventColumns = `delivery_id::text, tenant, version, type, idempotency_key,
 
 const eventsByDelivery = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = $1 ORDER BY version`
 
+const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, version`
+
+const eventsAppendEach = eventsAppend + ` ON CONFLICT DO NOTHING`
+
 // Append writes events and outbox messages in one transaction.
 func (s *EventStore) Append(ctx context.Context, events []domain.Event, outbox []commands.OutboxMessage) error {
 	if len(events) == 0 && len(outbox) == 0 {
@@ -61,6 +65,12 @@ func (s *EventStore) Append(ctx context.Context, events []domain.Event, outbox [
 }
 
 func appendEvents(ctx context.Context, tx pgx.Tx, events []domain.Event) error {
+	_, err := tx.Exec(ctx, eventsAppend, eventColumnsOf(events)...)
+	return err
+}
+
+// eventColumnsOf turns events into the column arrays of eventsAppend.
+func eventColumnsOf(events []domain.Event) []any {
 	n := len(events)
 	ids, tenants, types, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, data, times := make([]int32, n), make([]string, n), make([]time.Time, n)
@@ -68,8 +78,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, events []domain.Event) error {
 		ids[i], tenants[i], versions[i], types[i] = e.DeliveryID, e.Tenant, int32(e.Version), string(e.Type)
 		keys[i], data[i], times[i] = e.Key, string(e.Data), e.RecordedAt
 	}
-	_, err := tx.Exec(ctx, eventsAppend, ids, tenants, versions, types, keys, data, times)
-	return err
+	return []any{ids, tenants, versions, types, keys, data, times}
 }
 
 // translate maps a failed append to the commands' errors: a unique violation is a duplicate when
@@ -113,6 +122,44 @@ func (s *EventStore) Load(ctx context.Context, deliveryID string) ([]domain.Even
 		return nil, commands.ErrNotFound
 	}
 	return events, nil
+}
+
+// LoadMany returns the streams of several deliveries at once, keyed by id; unknown ids are
+// absent.
+func (s *EventStore) LoadMany(ctx context.Context, ids []string) (map[string][]domain.Event, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, err := uuid.Parse(id); err == nil {
+			valid = append(valid, id)
+		}
+	}
+	rows, err := s.pool.Query(ctx, eventsByDeliveries, valid)
+	if err != nil {
+		return nil, fmt.Errorf("load %d streams: %w", len(valid), err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("load %d streams: %w", len(valid), err)
+	}
+	out := make(map[string][]domain.Event, len(valid))
+	for _, e := range events {
+		out[e.DeliveryID] = append(out[e.DeliveryID], e)
+	}
+	return out, nil
+}
+
+// AppendEach writes independent single events of many streams in one transaction; an event
+// whose version or idempotency key is already taken is skipped (someone else recorded that
+// transition, or moved the stream on). It returns how many were written.
+func (s *EventStore) AppendEach(ctx context.Context, events []domain.Event) (int, error) {
+	if len(events) == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, eventsAppendEach, eventColumnsOf(events)...)
+	if err != nil {
+		return 0, fmt.Errorf("append %d events: %w", len(events), err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 func scanEvent(row pgx.CollectableRow) (domain.Event, error) {

@@ -41,7 +41,7 @@ type App struct {
 	listener net.Listener
 	server   *http.Server
 
-	markQueued *commands.MarkQueuedHandler
+	queued     *commands.QueuedRecorder
 	workers    map[string]*worker.Worker
 	metrics    *metrics.Metrics
 	scheduler  *fairshare.Scheduler
@@ -104,7 +104,7 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 	a.store = postgres.NewEventStore(a.pool)
 	clock := commands.SystemClock{}
 	policies := func(string) domain.RetryPolicy { return policy }
-	a.markQueued = commands.NewMarkQueuedHandler(a.store, clock)
+	a.queued = commands.NewQueuedRecorder(a.store, clock, logger.With("role", "relay"))
 
 	if roles["worker"] {
 		allow, err := webhook.ParseCIDRs(cfg.WebhookAllowCIDRs)
@@ -232,6 +232,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.roles["relay"] {
 		start("relay", a.runRelay)
+		start("queued recorder", a.queued.Run)
 	}
 	for channel, w := range a.workers {
 		// One consumer per priority class, all drawing worker slots from one fair-share
@@ -323,7 +324,7 @@ func (a *App) recordQueued(ctx context.Context, _ string, msg *message.Message) 
 		a.logger.Error("relay: undecodable work message, not recording queued", "uuid", msg.UUID, "err", err)
 		return nil
 	}
-	return a.markQueued.Handle(ctx, work.DeliveryID, work.Attempt)
+	return a.queued.Mark(ctx, commands.QueuedMark{DeliveryID: work.DeliveryID, Attempt: work.Attempt})
 }
 
 // classOf maps a delivery priority to its scheduler class.

@@ -1,0 +1,159 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// maxConflictRetries bounds the reload-and-decide loop after a version conflict.
+const maxConflictRetries = 8
+
+// awaitsQueue reports whether the attempt's message is the next one the delivery waits for.
+func awaitsQueue(d *domain.Delivery, attempt int) bool {
+	switch d.State() {
+	case domain.StateAccepted, domain.StateRetrying:
+		return d.Attempt()+1 == attempt
+	}
+	return false
+}
+
+// BatchEventStore reads and writes many streams at once.
+type BatchEventStore interface {
+	// LoadMany returns several streams, keyed by delivery id.
+	LoadMany(ctx context.Context, ids []string) (map[string][]domain.Event, error)
+	// AppendEach writes independent events in one transaction, skipping any whose version or
+	// idempotency key is taken; it returns how many were written.
+	AppendEach(ctx context.Context, events []domain.Event) (int, error)
+}
+
+// QueuedMark says that the broker confirmed the message of a delivery's attempt.
+type QueuedMark struct {
+	DeliveryID string
+	Attempt    int
+}
+
+// QueuedRecorder records the queued transitions the relay reports, many per transaction. The
+// relay must not wait for a transaction per message (that caps it at the database's commit
+// rate); recording late is safe, because a worker that takes the message first records the same
+// transition under the same key, and one that is skipped here for a conflict was recorded or
+// overtaken by someone else.
+type QueuedRecorder struct {
+	store    BatchEventStore
+	clock    Clock
+	logger   *slog.Logger
+	marks    chan QueuedMark
+	maxBatch int
+	linger   time.Duration
+}
+
+// NewQueuedRecorder builds the recorder; Run starts it.
+func NewQueuedRecorder(store BatchEventStore, clock Clock, logger *slog.Logger) *QueuedRecorder {
+	return &QueuedRecorder{store: store, clock: clock, logger: logger, marks: make(chan QueuedMark, 4096), maxBatch: 500, linger: 2 * time.Millisecond}
+}
+
+// Mark queues a transition for recording; it blocks only when the recorder is far behind.
+func (r *QueuedRecorder) Mark(ctx context.Context, m QueuedMark) error {
+	select {
+	case r.marks <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run records marks until ctx ends, then records what is left.
+func (r *QueuedRecorder) Run(ctx context.Context) error {
+	for {
+		var batch []QueuedMark
+		select {
+		case m := <-r.marks:
+			batch = append(batch, m)
+		case <-ctx.Done():
+			r.flushRemaining()
+			return nil
+		}
+		timer := time.NewTimer(r.linger)
+	collect:
+		for len(batch) < r.maxBatch {
+			select {
+			case m := <-r.marks:
+				batch = append(batch, m)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		if err := r.Record(ctx, batch); err != nil {
+			// The workers record these transitions when they take the messages.
+			r.logger.Warn("recording queued transitions failed; workers will record them", "count", len(batch), "err", err)
+		}
+	}
+}
+
+func (r *QueuedRecorder) flushRemaining() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		var batch []QueuedMark
+	drain:
+		for len(batch) < r.maxBatch {
+			select {
+			case m := <-r.marks:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		if err := r.Record(ctx, batch); err != nil {
+			r.logger.Warn("recording queued transitions at shutdown failed", "count", len(batch), "err", err)
+			return
+		}
+	}
+}
+
+// Record appends EventQueued for every mark whose delivery still waits for that attempt.
+func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
+	ids := make([]string, 0, len(marks))
+	for _, m := range marks {
+		ids = append(ids, m.DeliveryID)
+	}
+	streams, err := r.store.LoadMany(ctx, ids)
+	if err != nil {
+		return err
+	}
+	now := r.clock.Now()
+	var events []domain.Event
+	seen := map[string]bool{}
+	for _, m := range marks {
+		if seen[m.DeliveryID] {
+			continue
+		}
+		seen[m.DeliveryID] = true
+		stream, ok := streams[m.DeliveryID]
+		if !ok {
+			continue
+		}
+		d, err := domain.Rehydrate(stream)
+		if err != nil {
+			r.logger.Error("cannot fold delivery", "delivery", m.DeliveryID, "err", err)
+			continue
+		}
+		if !awaitsQueue(d, m.Attempt) {
+			continue
+		}
+		queued, err := d.Queue(now)
+		if err != nil {
+			return fmt.Errorf("queue %s: %w", m.DeliveryID, err)
+		}
+		events = append(events, queued...)
+	}
+	_, err = r.store.AppendEach(ctx, events)
+	return err
+}
