@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/ledger
 TEST_DB ?= ledger_test
 
-.PHONY: help build run test lint services bench
+.PHONY: help build run test lint services bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,9 +23,23 @@ lint: ## go vet, gofmt, and the rule that domain/ imports only the standard libr
 	@bad=$$($(GO) list -f '{{join .Imports "\n"}}{{"\n"}}{{join .TestImports "\n"}}' ./domain/ | grep -E '^[^/]+\.[^/]+/' | grep -v '^$$' || true); \
 	if [ -n "$$bad" ]; then echo "domain/ imports outside the standard library: $$bad"; exit 1; fi
 
-test: services lint ## the whole test suite against the real PostgreSQL and RabbitMQ
+test: services lint ## the whole test suite against the real PostgreSQL and RabbitMQ, then a short fuzz run
 	$(GO) test -race -count=1 -timeout 9m ./...
+	scripts/fuzz.sh 5s
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
+	scripts/fuzz.sh $(or $(FUZZTIME),60s)
 
 bench: build services ## the benchmark: raw baselines and the ledger, in one run (bench/results/)
 	scripts/services.sh ledger
 	$(BIN) bench --out bench/results/latest.json $(BENCH_FLAGS)
+
+SOAK_DELIVERIES ?= 2000
+
+.PHONY: soak soak-short
+
+soak: build services ## crash soak: kills every role repeatedly, restarts RabbitMQ; last line lost=N duplicates=N unknown=N
+	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) $(SOAK_FLAGS)
+
+soak-short: build services ## the crash soak in short for CI: 300 deliveries, a kill every 500ms, about a minute
+	SOAK_DELIVERIES=300 $(GO) run ./cmd/soak --ledger $(BIN) --kill-every 500ms --rate 50 --timeout 3m $(SOAK_FLAGS)

@@ -10,8 +10,10 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -160,6 +162,8 @@ func (s *server) readAccept(w http.ResponseWriter, r *http.Request) (key string,
 		return "", nil, invalid(headerIdempotencyKey, "the %s header is required on accept requests, so a retry cannot accept twice", headerIdempotencyKey)
 	case len(key) > maxIdempotencyKeyLen:
 		return "", nil, invalid(headerIdempotencyKey, "at most %d characters, got %d", maxIdempotencyKeyLen, len(key))
+	case !utf8.ValidString(key):
+		return "", nil, invalid(headerIdempotencyKey, "must be valid UTF-8")
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
 		return "", nil, &requestError{kind: errUnsupportedMediaType, field: "Content-Type",
@@ -197,6 +201,9 @@ func acceptCommand(payload json.RawMessage, priority string, maxAttempts *int) (
 		// Workers and receivers address payload members by name; a bare value cannot grow
 		// new members later without breaking them.
 		return cmd, invalid("payload", "must be a JSON object")
+	}
+	if err := storableJSON(p); err != nil {
+		return cmd, invalid("payload", "%v", err)
 	}
 	cmd.Payload = p
 	cmd.Priority = domain.PriorityNormal
@@ -277,6 +284,49 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
+// storableJSON refuses valid JSON that PostgreSQL's jsonb cannot store, so such a payload is a
+// 400 naming it rather than a 500 at commit: invalid UTF-8, the escape \u0000, and UTF-16
+// surrogate escapes that do not form a pair.
+func storableJSON(p []byte) error {
+	if !utf8.Valid(p) {
+		return errors.New("must be valid UTF-8")
+	}
+	inString := false
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(p):
+			if p[i+1] != 'u' || i+5 >= len(p) {
+				i++ // an escaped character: skip it, it cannot end the string
+				continue
+			}
+			r, err := strconv.ParseUint(string(p[i+2:i+6]), 16, 32)
+			if err != nil {
+				return errors.New("has a malformed \\u escape")
+			}
+			switch {
+			case r == 0:
+				return errors.New("must not contain the character \\u0000")
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return errors.New("has a low surrogate escape without a high one before it")
+			case r >= 0xD800 && r <= 0xDBFF:
+				next := p[i+6:]
+				if len(next) < 6 || next[0] != '\\' || next[1] != 'u' {
+					return errors.New("has a high surrogate escape without a low one after it")
+				}
+				low, err := strconv.ParseUint(string(next[2:6]), 16, 32)
+				if err != nil || low < 0xDC00 || low > 0xDFFF {
+					return errors.New("has a high surrogate escape without a low one after it")
+				}
+				i += 6
+			}
+			i += 5
+		}
+	}
+	return nil
+}
+
 // jsonProblem turns a decoding error into a 400 that names the member when it can.
 func jsonProblem(err error) error {
 	var syntax *json.SyntaxError
@@ -295,9 +345,10 @@ func jsonProblem(err error) error {
 		return invalid(typ.Field, "must be %s, not %s", jsonKind(typ.Type), typ.Value)
 	}
 	// encoding/json reports an unknown member only as text.
-	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
-		name = strings.TrimSuffix(name, `"`)
-		return invalid(name, "unknown member %q", name)
+	if quoted, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name, uerr := strconv.Unquote(quoted); uerr == nil {
+			return invalid(name, "unknown member %q", name)
+		}
 	}
 	return invalid("", "malformed JSON: %v", err)
 }

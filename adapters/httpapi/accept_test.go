@@ -386,3 +386,29 @@ func TestAcceptOptionalMembers(t *testing.T) {
 		t.Fatalf("status %+v, want priority high and max_attempts 3", st)
 	}
 }
+
+func TestAcceptRefusesWhatTheStoreCannotHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cases := []struct{ name, body, field string }{
+		{"nul escape", `{"channel":"webhook","recipient":"https://example.com/h","payload":{"a":"x\u0000y"}}`, "payload"},
+		{"lone high surrogate", `{"channel":"webhook","recipient":"https://example.com/h","payload":{"a":"\ud800"}}`, "payload"},
+		{"lone low surrogate", `{"channel":"webhook","recipient":"https://example.com/h","payload":{"a":"\udc00x"}}`, "payload"},
+		{"invalid utf-8", "{\"channel\":\"webhook\",\"recipient\":\"https://example.com/h\",\"payload\":{\"a\":\"\xff\"}}", "payload"},
+	}
+	for _, c := range cases {
+		r := b.post(t, "/v1/deliveries", "store-"+c.name, c.body)
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"field":"`+c.field+`"`) {
+			t.Errorf("%s: %d %s", c.name, r.status, r.body)
+		}
+	}
+	// A pair of surrogates and an escaped backslash before u0000 are fine.
+	ok := `{"channel":"webhook","recipient":"https://example.com/h","payload":{"a":"\ud83d\ude00","b":"\\u0000"}}`
+	if r := b.post(t, "/v1/deliveries", "store-ok", ok); r.status != http.StatusAccepted {
+		t.Errorf("storable payload: %d %s", r.status, r.body)
+	}
+	r := b.post(t, "/v1/deliveries", "bad\xffkey", `{"channel":"webhook","recipient":"https://example.com/h","payload":{}}`)
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"field":"Idempotency-Key"`) {
+		t.Errorf("invalid UTF-8 key: %d %s", r.status, r.body)
+	}
+}

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -53,6 +54,27 @@ func FuzzParseRetryAfter(f *testing.F) {
 		d := ParseRetryAfter(v, time.Unix(nowUnix, 0))
 		if d < 0 || d > MaxRetryAfter {
 			t.Errorf("ParseRetryAfter(%q) = %s, want within [0, %s]", v, d, MaxRetryAfter)
+		}
+	})
+}
+
+// FuzzParseRetryAfterSeconds: delta-seconds parse to exactly that many seconds, with leading
+// zeros, up to the cap.
+func FuzzParseRetryAfterSeconds(f *testing.F) {
+	for _, n := range []uint64{0, 1, 120, 86399, 86400, 86401, 1 << 63, 1<<64 - 1} {
+		f.Add(n, uint8(0), int64(1893553445))
+	}
+	f.Fuzz(func(t *testing.T, secs uint64, zeros uint8, nowUnix int64) {
+		v := strconv.FormatUint(secs, 10)
+		for range zeros % 32 {
+			v = "0" + v
+		}
+		want := MaxRetryAfter
+		if secs < uint64(MaxRetryAfter/time.Second) {
+			want = time.Duration(secs) * time.Second
+		}
+		if got := ParseRetryAfter(v, time.Unix(nowUnix, 0)); got != want {
+			t.Fatalf("ParseRetryAfter(%q) = %s, want %s", v, got, want)
 		}
 	})
 }
