@@ -447,3 +447,35 @@ func waitForLockWait(t *testing.T, b *storeBundle, table string) {
 	}
 	t.Fatalf("no backend waited for a lock on %s", table)
 }
+
+func TestOutboxPruneKeepsUnpublishedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for range 3 {
+		_, events := acceptedEvents(t)
+		msg := commands.OutboxMessage{ID: uuid.NewString(), Topic: "ledger.webhook", Payload: []byte(`{}`)}
+		if err := b.store.Append(ctx, events, []commands.OutboxMessage{msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The relay has passed the first two transactions.
+	if _, err := b.schema.Pool.Exec(ctx, `INSERT INTO watermill_offsets_ledger_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+		SELECT 'relay', "offset", transaction_id FROM watermill_ledger_outbox ORDER BY transaction_id OFFSET 2 LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := postgres.OutboxPrune(ctx, b.schema.Pool, "relay", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_ledger_outbox`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || left != 1 {
+		t.Fatalf("pruned %d and left %d, want 2 and 1", n, left)
+	}
+	if n, err := postgres.OutboxPrune(ctx, b.schema.Pool, "nobody", 100); err != nil || n != 0 {
+		t.Fatalf("an unknown consumer group pruned %d (%v)", n, err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -41,12 +42,12 @@ type App struct {
 	listener net.Listener
 	server   *http.Server
 
-	queued     *commands.QueuedRecorder
-	workers    map[string]*worker.Worker
-	metrics    *metrics.Metrics
-	scheduler  *fairshare.Scheduler
-	batcher    *postgres.AcceptBatcher
-	opts       appOptions
+	queued    *commands.QueuedRecorder
+	workers   map[string]*worker.Worker
+	metrics   *metrics.Metrics
+	scheduler *fairshare.Scheduler
+	batcher   *postgres.AcceptBatcher
+	opts      appOptions
 }
 
 // appOption adjusts the wiring (tests replace the provider adapter with one that misbehaves).
@@ -233,6 +234,9 @@ func (a *App) Run(ctx context.Context) error {
 	if a.roles["relay"] {
 		start("relay", a.runRelay)
 		start("queued recorder", a.queued.Run)
+		start("outbox prune", func(ctx context.Context) error {
+			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
+		})
 	}
 	for channel, w := range a.workers {
 		// One consumer per priority class, all drawing worker slots from one fair-share
@@ -289,10 +293,13 @@ func drain(errs <-chan error) []error {
 	return out
 }
 
+// relayConsumerGroup names the relay's offset in the outbox.
+const relayConsumerGroup = "relay"
+
 // runRelay moves outbox rows to the broker and records "queued" after each confirm.
 func (a *App) runRelay(ctx context.Context) error {
 	wmLogger := watermill.NewSlogLogger(a.logger.With("role", "relay"))
-	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{Logger: a.logger}, wmLogger)
+	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{ConsumerGroup: relayConsumerGroup, Logger: a.logger}, wmLogger)
 	if err != nil {
 		return err
 	}
@@ -392,7 +399,7 @@ func serveCommand(ctx context.Context, cfg Config, stdout io.Writer) error {
 
 // redactURL hides a URL's password for messages.
 func redactURL(raw string) string {
-	u, err := parseURL(raw)
+	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable url)"
 	}

@@ -1,0 +1,52 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// watermill-sql never deletes outbox rows. Rows below the relay's committed offset have been
+// published and confirmed; keeping them only slows the subscriber's queries and grows the table.
+// The events table, not the outbox, is the durable history.
+const outboxPrune = `DELETE FROM watermill_ledger_outbox WHERE ctid = ANY (ARRAY(
+	SELECT o.ctid FROM watermill_ledger_outbox o, watermill_offsets_ledger_outbox p
+	WHERE p.consumer_group = $1 AND o.transaction_id < p.last_processed_transaction_id
+	LIMIT $2))`
+
+// OutboxPrune deletes up to limit outbox rows the consumer group has passed, returning how many.
+func OutboxPrune(ctx context.Context, pool *pgxpool.Pool, consumerGroup string, limit int) (int64, error) {
+	tag, err := pool.Exec(ctx, outboxPrune, consumerGroup, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune outbox: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PruneOutboxEvery prunes in small batches at each interval until ctx ends.
+func PruneOutboxEvery(ctx context.Context, pool *pgxpool.Pool, consumerGroup string, interval time.Duration, logger *slog.Logger) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		for {
+			n, err := OutboxPrune(ctx, pool, consumerGroup, 5000)
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Warn("outbox prune failed", "err", err)
+				}
+				break
+			}
+			if n < 5000 {
+				break
+			}
+		}
+	}
+}

@@ -1,5 +1,0 @@
-package main
-
-import "net/url"
-
-func parseURL(raw string) (*url.URL, error) { return url.Parse(raw) }
