@@ -32,9 +32,10 @@ const numClasses = 3
 var classes = [numClasses]Class{High, Normal, Low}
 
 // Classes returns the classes in priority order, so that wiring can start one consumer per class
-// and metrics can list every class even before it has traffic.
+// and metrics can list every class even before it has traffic. The slice is a copy: changing it
+// cannot reorder the scheduler's priorities.
 func Classes() []Class {
-	return classes[:]
+	return slices.Clone(classes[:])
 }
 
 // String returns the class's name, as ParseShares reads it.

@@ -31,9 +31,9 @@
 //
 // # Granting slots
 //
-// Whenever a slot is free (at Acquire, or when a slot is released or a waiter gives up), it goes
-// to the first waiter, in priority order high, normal, low and first come first served within a
-// class, whose class is entitled to it:
+// Whenever a slot is free (at Acquire, or when a slot is released), it goes to the first waiter,
+// in priority order high, normal, low and first come first served within a class, whose class is
+// entitled to it:
 //
 //   - Owner: the class has fewer slots in flight than it reserves. It gets a slot as soon as one
 //     is free.

@@ -100,9 +100,9 @@ func (s *Scheduler) Acquire(ctx context.Context, c Class) (release func(), err e
 		// Granted while ctx ended: the caller will not use the slot, so hand it on.
 		s.releaseLocked(i)
 	} else {
+		// No dispatch is needed: the rule never leaves a slot free while anyone waits, so the
+		// class's claim only mattered for the next release, which will no longer see it.
 		s.waiters[i].Remove(w.elem)
-		// What this class was owed no longer holds back borrowers.
-		s.dispatchLocked()
 	}
 	return nil, fmt.Errorf("acquire %s slot: %w", c, ctx.Err())
 }

@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// testTimeout bounds every wait of a test, so that a scheduling bug fails the test instead of
-// hanging the suite.
-const testTimeout = 10 * time.Second
+// testTimeout bounds every wait of a test and each test's context, so that a scheduling bug
+// fails the test instead of hanging the suite. It is far above what any test needs, even under
+// -race on a loaded machine.
+const testTimeout = 30 * time.Second
 
 // setup builds a scheduler and a context that ends with the test.
 func setup(t *testing.T, cfg Config) (*Scheduler, context.Context) {
@@ -385,5 +386,33 @@ func TestReleaseIsIdempotent(t *testing.T) {
 	third()
 	second()
 	third()
+	assertState(t, s, counts(0, 0, 0), counts(0, 0, 0))
+}
+
+// TestIdleClassBanksNoCredit: with fewer slots than classes, a class that was idle while another
+// ran alone joins at the current virtual time; it must not make up for the idle time with a
+// burst that shuts the other class out.
+func TestIdleClassBanksNoCredit(t *testing.T) {
+	t.Parallel()
+	s, ctx := setup(t, Config{Slots: 1}) // weighted 60/30/10
+	holder := mustAcquire(t, s, High)
+	for range 100 {
+		next := acquireAsync(t, ctx, s, High)
+		holder()
+		holder = next.granted(t)
+	}
+	normal1 := acquireAsync(t, ctx, s, Normal)
+	normal2 := acquireAsync(t, ctx, s, Normal)
+	high := acquireAsync(t, ctx, s, High)
+
+	holder()
+	n1 := normal1.granted(t)
+	n1()
+	h := high.granted(t)
+	if normal2.returned() {
+		t.Fatal("normal got a second slot in a row after being idle; high was shut out")
+	}
+	h()
+	normal2.granted(t)()
 	assertState(t, s, counts(0, 0, 0), counts(0, 0, 0))
 }

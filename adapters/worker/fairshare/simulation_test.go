@@ -3,9 +3,7 @@ package fairshare
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -166,10 +164,12 @@ func TestFewerSlotsThanClassesShareByWeight(t *testing.T) {
 }
 
 // TestFloodDoesNotStarveOthers runs the scheduler free, with real concurrency: goroutines of
-// every class acquire, hold their slot for a fixed amount of work, release and start again. The
-// count stops at a fixed number of grants, not at a wall-clock time, so a slow machine changes
-// how long the test takes, not what it measures. Goroutine timing makes the shares noisy, so
-// the bounds are looser than in the logical-time simulation.
+// every class acquire, hold their slot, release and start again. A job holds its slot until
+// Slots-1 further grants have been made, a length in grants rather than in wall-clock or CPU
+// time, so every class's jobs are equally long however the goroutines are scheduled, and the
+// count stops at a fixed number of grants. What goroutine timing still changes is whether a
+// class's queue is momentarily empty at a release (then the slot is lent), so the bounds are a
+// little looser than in the logical-time simulation.
 func TestFloodDoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	const slots, totalGrants = 16, 20000
@@ -177,11 +177,15 @@ func TestFloodDoesNotStarveOthers(t *testing.T) {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 
-	var granted atomic.Int64
-	var perClass [numClasses]atomic.Int64
-	var wg sync.WaitGroup
-	for class, n := range counts(4*slots, slots/2, slots/4) {
-		i, _ := class.index()
+	var (
+		mu       sync.Mutex
+		granted  int
+		perClass = counts(0, 0, 0)
+		// wakeAt[n] is closed by grant n, to end the job that waits for it.
+		wakeAt = make(map[int]chan struct{})
+		wg     sync.WaitGroup
+	)
+	for class, n := range counts(4*slots, slots, slots/2) {
 		for range n {
 			wg.Go(func() {
 				for {
@@ -189,14 +193,28 @@ func TestFloodDoesNotStarveOthers(t *testing.T) {
 					if err != nil {
 						return
 					}
-					if granted.Add(1) > totalGrants {
-						release()
+					mu.Lock()
+					granted++
+					mine := granted
+					if mine > totalGrants {
 						stop()
-						return
+					} else {
+						perClass[class]++
 					}
-					perClass[i].Add(1)
-					for range 20 {
-						runtime.Gosched() // the job: the same work for every class
+					if wake, ok := wakeAt[mine]; ok {
+						close(wake)
+						delete(wakeAt, mine)
+					}
+					if end := mine + slots - 1; granted < end {
+						wake := make(chan struct{})
+						wakeAt[end] = wake
+						mu.Unlock()
+						select {
+						case <-wake:
+						case <-ctx.Done():
+						}
+					} else {
+						mu.Unlock()
 					}
 					release()
 				}
@@ -204,14 +222,16 @@ func TestFloodDoesNotStarveOthers(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	if granted < totalGrants {
+		t.Fatalf("the test's deadline passed after %d of %d grants", granted, totalGrants)
+	}
 	assertState(t, s, counts(0, 0, 0), counts(0, 0, 0))
 
-	got := counts(int(perClass[0].Load()), int(perClass[1].Load()), int(perClass[2].Load()))
-	t.Logf("reserved %v; measured %s", s.Reserved(), percentages(got, totalGrants))
-	// Reserved 10/5/1 of 16 is 62.5/31.25/6.25%; allow for timing noise.
-	for class, minPercent := range counts(55, 25, 4) {
-		if got[class]*100 < minPercent*totalGrants {
-			t.Errorf("%s got %d of %d grants, want at least %d%%", class, got[class], totalGrants, minPercent)
+	t.Logf("reserved %v; measured %s", s.Reserved(), percentages(perClass, totalGrants))
+	// Reserved 10/5/1 of 16 is 62.5/31.25/6.25%.
+	for class, minPercent := range counts(60, 28, 5) {
+		if perClass[class]*100 < minPercent*totalGrants {
+			t.Errorf("%s got %d of %d grants, want at least %d%%", class, perClass[class], totalGrants, minPercent)
 		}
 	}
 }
