@@ -106,10 +106,11 @@ func (h *RerouteHandler) Handle(ctx context.Context, cmd Reroute) error {
 		return err
 	}
 	msg := OutboxMessage{
-		ID:       cmd.MessageID,
-		Topic:    h.topics.Retry(m.Channel, delay),
-		Payload:  body,
-		Metadata: map[string]string{MetaPriority: string(m.Priority)},
+		ID:           cmd.MessageID,
+		Topic:        h.topics.Retry(m.Channel, delay),
+		PartitionKey: m.DeliveryID,
+		Payload:      body,
+		Metadata:     map[string]string{MetaPriority: string(m.Priority)},
 	}
 	if err := h.store.Append(ctx, nil, []OutboxMessage{msg}); err != nil {
 		return fmt.Errorf("reroute %s attempt %d: %w", m.DeliveryID, m.Attempt, err)

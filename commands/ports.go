@@ -32,9 +32,11 @@ type OutboxMessage struct {
 	// ID is the message's unique id (consumers may dedupe on it).
 	ID string
 	// Topic is the broker destination (a work queue or a delay tier).
-	Topic    string
-	Payload  []byte
-	Metadata map[string]string
+	Topic string
+	// PartitionKey keeps related messages on one outbox shard (the delivery id).
+	PartitionKey string
+	Payload      []byte
+	Metadata     map[string]string
 }
 
 // EventStore appends to and reads delivery streams.

@@ -82,10 +82,11 @@ func workMessageFor(d *domain.Delivery, topic string, attempt int, dueAt time.Ti
 		meta[MetaMarkQueued] = "true"
 	}
 	return OutboxMessage{
-		ID:       uuid.NewSHA1(messageNamespace, []byte(eventKey)).String(),
-		Topic:    topic,
-		Payload:  body,
-		Metadata: meta,
+		ID:           uuid.NewSHA1(messageNamespace, []byte(eventKey)).String(),
+		Topic:        topic,
+		PartitionKey: d.ID(),
+		Payload:      body,
+		Metadata:     meta,
 	}, nil
 }
 
@@ -100,10 +101,11 @@ func deadLetterFor(d *domain.Delivery, topic, eventKey string, now time.Time) (O
 		return OutboxMessage{}, fmt.Errorf("encode dead letter for %s: %w", d.ID(), err)
 	}
 	return OutboxMessage{
-		ID:       uuid.NewSHA1(messageNamespace, []byte(eventKey)).String(),
-		Topic:    topic,
-		Payload:  body,
-		Metadata: map[string]string{MetaPriority: string(d.Priority())},
+		ID:           uuid.NewSHA1(messageNamespace, []byte(eventKey)).String(),
+		Topic:        topic,
+		PartitionKey: d.ID(),
+		Payload:      body,
+		Metadata:     map[string]string{MetaPriority: string(d.Priority())},
 	}, nil
 }
 

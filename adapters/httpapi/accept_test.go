@@ -39,7 +39,7 @@ func TestAcceptDelivery(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM events WHERE delivery_id = $1`, got.ID); n != 1 {
 		t.Fatalf("%d events for the delivery, want 1", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM watermill_ledger_outbox`); n != 1 {
+	if n := b.count(t, `SELECT count(*) FROM ledger_outbox_all`); n != 1 {
 		t.Fatalf("%d outbox rows, want 1", n)
 	}
 }
@@ -68,12 +68,12 @@ func TestAcceptNotificationFansOutInOneTransaction(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM events WHERE type = 'delivery.accepted'`); n != 3 {
 		t.Fatalf("%d accepted events, want 3", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM watermill_ledger_outbox`); n != 3 {
+	if n := b.count(t, `SELECT count(*) FROM ledger_outbox_all`); n != 3 {
 		t.Fatalf("%d outbox rows, want 3", n)
 	}
 	// One transaction wrote them all: events and outbox rows carry the same transaction id.
 	if n := b.count(t, `SELECT count(DISTINCT x) FROM (
-		SELECT transaction_id AS x FROM events UNION ALL SELECT transaction_id FROM watermill_ledger_outbox) t`); n != 1 {
+		SELECT transaction_id AS x FROM events UNION ALL SELECT transaction_id FROM ledger_outbox_all) t`); n != 1 {
 		t.Fatalf("events and outbox rows span %d transactions, want 1", n)
 	}
 	// Every delivery is readable by its id, and belongs to the notification.
@@ -98,12 +98,18 @@ func TestAcceptNotificationIsAllOrNothing(t *testing.T) {
 	_, err := b.schema.Pool.Exec(ctx, `
 		CREATE FUNCTION fail_second_outbox_row() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF (SELECT count(*) FROM watermill_ledger_outbox) >= 1 THEN
+			IF (SELECT count(*) FROM ledger_outbox_all) >= 1 THEN
 				RAISE EXCEPTION 'forced failure at the second outbox row';
 			END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox
+			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();
+		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox_1
+			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();
+		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox_2
+			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();
+		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox_3
 			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();`)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +119,7 @@ func TestAcceptNotificationIsAllOrNothing(t *testing.T) {
 	b.post(t, "/v1/notifications", "atomic-1", body).expectProblem(t, http.StatusInternalServerError, "")
 	for table, query := range map[string]string{
 		"events":                  `SELECT count(*) FROM events`,
-		"watermill_ledger_outbox": `SELECT count(*) FROM watermill_ledger_outbox`,
+		"watermill_ledger_outbox": `SELECT count(*) FROM ledger_outbox_all`,
 		"accept_requests":         `SELECT count(*) FROM accept_requests`,
 	} {
 		if n := b.count(t, query); n != 0 {
@@ -121,7 +127,7 @@ func TestAcceptNotificationIsAllOrNothing(t *testing.T) {
 		}
 	}
 
-	if _, err := b.schema.Pool.Exec(ctx, `DROP TRIGGER fail_second ON watermill_ledger_outbox`); err != nil {
+	if _, err := b.schema.Pool.Exec(ctx, `DROP FUNCTION fail_second_outbox_row() CASCADE`); err != nil {
 		t.Fatal(err)
 	}
 	r := b.post(t, "/v1/notifications", "atomic-1", body)
@@ -131,7 +137,7 @@ func TestAcceptNotificationIsAllOrNothing(t *testing.T) {
 		t.Fatalf("retry after the failure: replayed %q, %d deliveries; want a fresh accept of 3",
 			r.header.Get("Idempotent-Replayed"), len(got.Deliveries))
 	}
-	if e, o := b.count(t, `SELECT count(*) FROM events`), b.count(t, `SELECT count(*) FROM watermill_ledger_outbox`); e != 3 || o != 3 {
+	if e, o := b.count(t, `SELECT count(*) FROM events`), b.count(t, `SELECT count(*) FROM ledger_outbox_all`); e != 3 || o != 3 {
 		t.Fatalf("after the retry: %d events, %d outbox rows; want 3 and 3", e, o)
 	}
 }

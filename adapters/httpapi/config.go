@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // DefaultMaxBodyBytes bounds a request body when Config.MaxBodyBytes is zero. One MiB holds a
@@ -81,9 +82,23 @@ type Deps struct {
 	// Requests looks up the stored answer of an accept request by Idempotency-Key, for
 	// GET /v1/requests/{key}. Optional: when nil, that route does not exist.
 	Requests RequestLookup
+	// Views answers the list, DLQ and stats endpoints from the projections. Optional: when nil,
+	// GET /v1/deliveries, GET /v1/dlq and GET /v1/stats do not exist.
+	Views Views
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error
+}
+
+// Views is the read side the list endpoints need: pages of the projections' views, each with the
+// position of the view it was read from. projections.Reader implements it.
+type Views interface {
+	// Deliveries lists a tenant's deliveries from the status view, newest first.
+	Deliveries(ctx context.Context, tenant string, f projections.Filter) (projections.Page[projections.StatusRow], error)
+	// DeadLetters lists a tenant's dead and unknown deliveries from the DLQ view, newest first.
+	DeadLetters(ctx context.Context, tenant string, f projections.Filter) (projections.Page[projections.DLQRow], error)
+	// Stats returns a tenant's counters.
+	Stats(ctx context.Context, tenant string) (projections.Stats, error)
 }
 
 // RequestLookup returns the stored answer of the accept request a tenant made under an

@@ -33,6 +33,8 @@ type deliveryStatus struct {
 	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
 	LastError      *lastError `json:"last_error,omitempty"`
 	IdempotencyKey string     `json:"idempotency_key"`
+	// AsOf echoes the as_of parameter: the status is the one the delivery had then.
+	AsOf *time.Time `json:"as_of,omitempty"`
 }
 
 // lastError is why the latest closed attempt did not deliver.
@@ -55,10 +57,29 @@ type eventView struct {
 
 // deliveryStatus is GET /v1/deliveries/{id}: the delivery folded from its events. It reads the
 // stream, not a projection, so the answer is never behind the last append.
+//
+// With ?as_of=RFC3339 it folds only the events recorded at or before that time, for audit: the
+// status the delivery had then. The cut is a prefix of the stream (the first event recorded
+// after as_of ends it), so clocks that disagreed between writers cannot produce a history with
+// a hole. A delivery with no event by then is not found.
 func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant string) error {
+	asOf, err := parseAsOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	events, err := s.loadStream(r.Context(), tenant, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	if !asOf.IsZero() {
+		n := 0
+		for n < len(events) && !events[n].RecordedAt.After(asOf) {
+			n++
+		}
+		if n == 0 {
+			return commands.ErrNotFound
+		}
+		events = events[:n]
 	}
 	d, err := domain.Rehydrate(events)
 	if err != nil {
@@ -78,6 +99,9 @@ func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant s
 		Version:        d.Version(),
 		NextAttemptAt:  d.NextAttemptAt(),
 		IdempotencyKey: d.RequestKey(),
+	}
+	if !asOf.IsZero() {
+		out.AsOf = &asOf
 	}
 	if res := d.LastResult(); res != nil && (res.Class != "" || res.Error != "") {
 		out.LastError = &lastError{Class: res.Class, Message: res.Error, StatusCode: res.StatusCode}

@@ -6,13 +6,21 @@
 //
 //	POST /v1/deliveries                 accept one delivery (Idempotency-Key required) → 202
 //	POST /v1/notifications              accept one notification for up to 1000 recipients, atomically → 202
-//	GET  /v1/deliveries/{id}            status, folded from the delivery's events
+//	GET  /v1/deliveries/{id}            status, folded from the delivery's events (?as_of=RFC3339: as it was then)
 //	GET  /v1/deliveries/{id}/events     audit: every event, in version order, with the state it led to
 //	GET  /v1/requests/{key}             the answer an accept request under this Idempotency-Key got
+//	GET  /v1/deliveries                 list from the status view (?state=&channel=&recipient=&since=&until=&limit=&cursor=)
+//	GET  /v1/dlq                        list from the DLQ view (dead and unknown; same filters)
+//	GET  /v1/stats                      the tenant's counters per channel and state
 //	GET  /healthz, GET /readyz          liveness, readiness
 //
+// The list answers are {"items":[...],"next_cursor":"...","view":{...}}: next_cursor is absent on
+// the last page, and view says which log position the answer reflects and how far the view is
+// behind the log (lag_events, lag_seconds). Pages are keyed on (accepted_at, id), newest first,
+// so deliveries accepted while a client pages never shift the pages it has yet to read.
+//
 // Every error is an RFC 9457 application/problem+json document whose field member names the
-// offending JSON member or header when one is at fault. Status codes:
+// offending JSON member, query parameter or header when one is at fault. Status codes:
 //
 //	400  the caller can fix the request: malformed JSON, an unknown member, a missing or
 //	     out-of-range value, a missing or too long Idempotency-Key. Semantically wrong values
@@ -99,6 +107,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	s.mux.HandleFunc("GET /v1/deliveries/{id}/events", s.tenantOnly(s.deliveryEvents))
 	if deps.Requests != nil {
 		s.mux.HandleFunc("GET /v1/requests/{key}", s.tenantOnly(s.requestAnswer))
+	}
+	if deps.Views != nil {
+		s.mux.HandleFunc("GET /v1/deliveries", s.tenantOnly(s.listDeliveries))
+		s.mux.HandleFunc("GET /v1/dlq", s.tenantOnly(s.listDLQ))
+		s.mux.HandleFunc("GET /v1/stats", s.tenantOnly(s.stats))
 	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)

@@ -90,7 +90,8 @@ func TestRoutes(t *testing.T) {
 		b.get(t, path, keyAcme).expectProblem(t, http.StatusNotFound, "")
 	}
 	tests := []struct{ method, path, allow string }{
-		{http.MethodGet, "/v1/deliveries", "POST"},
+		{http.MethodDelete, "/v1/deliveries", "GET, HEAD, POST"},
+		{http.MethodPost, "/v1/dlq", "GET, HEAD"},
 		{http.MethodPut, "/v1/notifications", "POST"},
 		{http.MethodDelete, "/v1/deliveries/" + uuid.NewString(), "GET, HEAD"},
 		{http.MethodPost, "/healthz", "GET, HEAD"},

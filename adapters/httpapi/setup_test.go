@@ -16,6 +16,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // Bearer keys of the two tenants every test server knows.
@@ -50,6 +51,7 @@ func setup(t *testing.T, opts ...option) *bundle {
 		Accept:   commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverMaxAttempts),
 		Events:   store,
 		Requests: store,
+		Views:    projections.NewReader(schema.Pool),
 	}
 	for _, opt := range opts {
 		opt(&cfg, &deps)

@@ -28,6 +28,11 @@ type Metrics struct {
 	relayPublished   prometheus.Counter
 	queueDepth       *prometheus.GaugeVec
 	oldestWaiting    *prometheus.GaugeVec
+
+	projectionApplied    *prometheus.CounterVec
+	projectionLagEvents  *prometheus.GaugeVec
+	projectionLagSeconds *prometheus.GaugeVec
+	viewDeliveries       *prometheus.GaugeVec
 }
 
 // latencyBuckets span a fast local call to a slow provider.
@@ -91,12 +96,29 @@ func New() *Metrics {
 			Name: "ledger_oldest_waiting_delivery_age_seconds",
 			Help: "Age of the oldest delivery accepted or queued and not yet started, by channel.",
 		}, []string{"channel"}),
+		projectionApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_projection_applied_events_total",
+			Help: "Events the projector applied to a view, by projection.",
+		}, []string{"projection"}),
+		projectionLagEvents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_projection_lag_events",
+			Help: "Committed events a view has not applied yet, by projection.",
+		}, []string{"projection"}),
+		projectionLagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_projection_lag_seconds",
+			Help: "Age of the oldest event a view has not applied yet (0 when caught up), by projection.",
+		}, []string{"projection"}),
+		viewDeliveries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_view_deliveries",
+			Help: "Deliveries in each state over all tenants, from the counters view, by channel and state.",
+		}, []string{"channel", "state"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.accepts, m.attempts, m.retries, m.deadLetters, m.deferrals, m.attemptLatency,
 		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
+		m.projectionApplied, m.projectionLagEvents, m.projectionLagSeconds, m.viewDeliveries,
 	)
 	return m
 }
@@ -177,5 +199,29 @@ func (m *Metrics) QueueDepth(queue string, n int) {
 func (m *Metrics) OldestWaiting(channel string, age time.Duration) {
 	if m != nil {
 		m.oldestWaiting.WithLabelValues(channel).Set(age.Seconds())
+	}
+}
+
+// ProjectionApplied counts events the projector applied to a view.
+func (m *Metrics) ProjectionApplied(projection string, events int) {
+	if m != nil {
+		m.projectionApplied.WithLabelValues(projection).Add(float64(events))
+	}
+}
+
+// ProjectionLag sets how far a view is behind the log: committed events not applied yet, and the
+// age of the oldest of them.
+func (m *Metrics) ProjectionLag(projection string, events int64, behind time.Duration) {
+	if m != nil {
+		m.projectionLagEvents.WithLabelValues(projection).Set(float64(events))
+		m.projectionLagSeconds.WithLabelValues(projection).Set(behind.Seconds())
+	}
+}
+
+// ViewDeliveries sets the number of deliveries in a state over all tenants (tenants are not a
+// label: their number is unbounded).
+func (m *Metrics) ViewDeliveries(channel, state string, n int64) {
+	if m != nil {
+		m.viewDeliveries.WithLabelValues(channel, state).Set(float64(n))
 	}
 }

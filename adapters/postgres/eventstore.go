@@ -188,10 +188,12 @@ type LoggedEvent struct {
 	At LogPosition
 }
 
+// The ORDER BY names the table's columns: a bare transaction_id would be the text output column
+// of the same name, and text order puts transaction 100000 before 99999.
 const eventsReadLog = `SELECT ` + eventColumns + `, transaction_id::text FROM events
 WHERE (transaction_id, position) > ($1::text::xid8, $2)
   AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY transaction_id, position
+ORDER BY events.transaction_id, events.position
 LIMIT $3`
 
 // ReadLog returns up to limit events after `after`, in an order that never skips a row: only

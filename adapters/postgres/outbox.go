@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
@@ -15,9 +16,32 @@ import (
 	"github.com/deliveryledger/ledger/commands"
 )
 
-// OutboxTopic is the watermill-sql topic of the outbox: its rows live in watermill_ledger_outbox
-// (created by migration 0002).
+// OutboxShards is the number of outbox topics (migrations 0002 and 0005 create their tables). It
+// is fixed, not configured: a writer and a relay that disagreed on it would strand messages.
+const OutboxShards = 4
+
+// OutboxTopic is the watermill-sql topic of outbox shard 0: its rows live in
+// watermill_ledger_outbox; shard i > 0 is OutboxTopic_i.
 const OutboxTopic = "ledger_outbox"
+
+// OutboxTopicOf names the watermill-sql topic of a shard.
+func OutboxTopicOf(shard int) string {
+	if shard == 0 {
+		return OutboxTopic
+	}
+	return fmt.Sprintf("%s_%d", OutboxTopic, shard)
+}
+
+// outboxShard places a message: a delivery's messages share a shard.
+func outboxShard(m commands.OutboxMessage) int {
+	key := m.PartitionKey
+	if key == "" {
+		key = m.ID
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % OutboxShards)
+}
 
 // OutboxNotifyChannel is the LISTEN/NOTIFY channel an appending transaction signals at commit,
 // so the relay wakes at once instead of waiting for its poll interval.
@@ -41,25 +65,30 @@ func publishOutbox(ctx context.Context, tx pgx.Tx, msgs []commands.OutboxMessage
 	if err != nil {
 		return fmt.Errorf("outbox publisher: %w", err)
 	}
-	fwd := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: OutboxTopic})
-	// The forwarder publisher takes one destination per call: group by topic, keeping order.
-	for start := 0; start < len(msgs); {
-		end := start + 1
-		for end < len(msgs) && msgs[end].Topic == msgs[start].Topic {
-			end++
+	// The forwarder publisher takes one outbox topic and one destination per call: group by
+	// (shard, destination), keeping each group's order.
+	type group struct {
+		shard int
+		topic string
+	}
+	var order []group
+	batches := map[group][]*message.Message{}
+	for _, m := range msgs {
+		g := group{outboxShard(m), m.Topic}
+		if _, ok := batches[g]; !ok {
+			order = append(order, g)
 		}
-		batch := make([]*message.Message, 0, end-start)
-		for _, m := range msgs[start:end] {
-			wm := message.NewMessage(m.ID, m.Payload)
-			for k, v := range m.Metadata {
-				wm.Metadata.Set(k, v)
-			}
-			batch = append(batch, wm)
+		wm := message.NewMessage(m.ID, m.Payload)
+		for k, v := range m.Metadata {
+			wm.Metadata.Set(k, v)
 		}
-		if err := fwd.Publish(msgs[start].Topic, batch...); err != nil {
-			return fmt.Errorf("outbox publish to %s: %w", msgs[start].Topic, err)
+		batches[g] = append(batches[g], wm)
+	}
+	for _, g := range order {
+		fwd := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: OutboxTopicOf(g.shard)})
+		if err := fwd.Publish(g.topic, batches[g]...); err != nil {
+			return fmt.Errorf("outbox publish to %s: %w", g.topic, err)
 		}
-		start = end
 	}
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxNotifyChannel); err != nil {
 		return fmt.Errorf("outbox notify: %w", err)

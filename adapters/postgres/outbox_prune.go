@@ -12,18 +12,27 @@ import (
 // watermill-sql never deletes outbox rows. Rows below the relay's committed offset have been
 // published and confirmed; keeping them only slows the subscriber's queries and grows the table.
 // The events table, not the outbox, is the durable history.
-const outboxPrune = `DELETE FROM watermill_ledger_outbox WHERE ctid = ANY (ARRAY(
-	SELECT o.ctid FROM watermill_ledger_outbox o, watermill_offsets_ledger_outbox p
+func outboxPrune(shard int) string {
+	rows := OutboxSchema.MessagesTable(OutboxTopicOf(shard))
+	offsets := OutboxOffsets.MessagesOffsetsTable(OutboxTopicOf(shard))
+	return `DELETE FROM ` + rows + ` WHERE ctid = ANY (ARRAY(
+	SELECT o.ctid FROM ` + rows + ` o, ` + offsets + ` p
 	WHERE p.consumer_group = $1 AND o.transaction_id < p.last_processed_transaction_id
 	LIMIT $2))`
+}
 
-// OutboxPrune deletes up to limit outbox rows the consumer group has passed, returning how many.
+// OutboxPrune deletes up to limit rows per shard that the consumer group has passed, returning
+// how many.
 func OutboxPrune(ctx context.Context, pool *pgxpool.Pool, consumerGroup string, limit int) (int64, error) {
-	tag, err := pool.Exec(ctx, outboxPrune, consumerGroup, limit)
-	if err != nil {
-		return 0, fmt.Errorf("prune outbox: %w", err)
+	var n int64
+	for shard := range OutboxShards {
+		tag, err := pool.Exec(ctx, outboxPrune(shard), consumerGroup, limit)
+		if err != nil {
+			return n, fmt.Errorf("prune outbox shard %d: %w", shard, err)
+		}
+		n += tag.RowsAffected()
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // PruneOutboxEvery prunes in small batches at each interval until ctx ends.
@@ -44,7 +53,7 @@ func PruneOutboxEvery(ctx context.Context, pool *pgxpool.Pool, consumerGroup str
 				}
 				break
 			}
-			if n < 5000 {
+			if n < 5000*OutboxShards {
 				break
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/worker/fairshare"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // channelWebhook is the one channel with an adapter so far.
@@ -47,6 +48,7 @@ type App struct {
 	metrics   *metrics.Metrics
 	scheduler *fairshare.Scheduler
 	batcher   *postgres.AcceptBatcher
+	projector *projections.Runner
 	opts      appOptions
 }
 
@@ -143,6 +145,24 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 		}, sender, limiter, a.metrics, clock, logger.With("role", "worker", "channel", channelWebhook))
 	}
 
+	if roles["projector"] {
+		a.projector, err = projections.NewRunner(a.pool, projections.All(), projections.RunnerConfig{
+			BatchSize:    cfg.ProjectorBatchSize,
+			PollInterval: cfg.ProjectorPollInterval,
+			Metrics:      a.metrics,
+			Logger:       logger.With("role", "projector"),
+			// An accept's commit notifies the relay; the projector wakes on it too, so a new
+			// delivery shows in the lists at once rather than after a poll interval.
+			Wake: func(ctx context.Context) <-chan struct{} {
+				return postgres.NotifyWaker(ctx, a.pool, logger.With("role", "projector"))
+			},
+		})
+		if err != nil {
+			a.pool.Close()
+			return nil, err
+		}
+	}
+
 	if roles["api"] {
 		keys, err := httpapi.ParseAPIKeys(cfg.APIKeys)
 		if err != nil {
@@ -161,6 +181,7 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 			Accept:   accept,
 			Events:   a.store,
 			Requests: a.store,
+			Views:    projections.NewReader(a.pool),
 			Ready:    a.ready,
 		}, logger.With("role", "api"))
 		if err != nil {
@@ -262,6 +283,10 @@ func (a *App) Run(ctx context.Context) error {
 	if len(a.workers) > 0 {
 		start("queue metrics", a.watchQueues)
 	}
+	if a.projector != nil {
+		start("projector", a.projector.Run)
+		start("waiting metrics", a.watchWaiting)
+	}
 	if a.server != nil {
 		start("api", func(ctx context.Context) error {
 			go func() {
@@ -296,16 +321,42 @@ func drain(errs <-chan error) []error {
 // relayConsumerGroup names the relay's offset in the outbox.
 const relayConsumerGroup = "relay"
 
-// runRelay moves outbox rows to the broker and records "queued" after each confirm.
+// runRelay moves outbox rows to the broker, one forwarder per outbox shard, and records "queued"
+// after each confirm.
 func (a *App) runRelay(ctx context.Context) error {
-	wmLogger := watermill.NewSlogLogger(a.logger.With("role", "relay"))
-	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{ConsumerGroup: relayConsumerGroup, Logger: a.logger}, wmLogger)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, postgres.OutboxShards)
+	for shard := range postgres.OutboxShards {
+		go func() {
+			err := a.runRelayShard(ctx, shard)
+			if err != nil {
+				err = fmt.Errorf("shard %d: %w", shard, err)
+			}
+			errs <- err
+			cancel() // one shard failing stops the role, so the process is restarted whole
+		}()
+	}
+	var all []error
+	for range postgres.OutboxShards {
+		if err := <-errs; err != nil && ctx.Err() == nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
+
+func (a *App) runRelayShard(ctx context.Context, shard int) error {
+	wmLogger := watermill.NewSlogLogger(a.logger.With("role", "relay", "shard", shard))
+	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{
+		Topic: postgres.OutboxTopicOf(shard), ConsumerGroup: relayConsumerGroup, Logger: a.logger,
+	}, wmLogger)
 	if err != nil {
 		return err
 	}
 	relay, err := amqp.NewRelay(amqp.RelayConfig{
 		URL:         a.cfg.AMQPURL,
-		OutboxTopic: postgres.OutboxTopic,
+		OutboxTopic: postgres.OutboxTopicOf(shard),
 		OnConfirmed: a.recordQueued,
 	}, sub, wmLogger)
 	if err != nil {
@@ -382,6 +433,27 @@ func (a *App) readQueueDepths() error {
 		}
 	}
 	return nil
+}
+
+// watchWaiting keeps the age of the oldest waiting delivery per channel current, from the
+// status view the projector maintains.
+func (a *App) watchWaiting(ctx context.Context) error {
+	ticker := time.NewTicker(queuePollInterval)
+	defer ticker.Stop()
+	for {
+		ages, err := postgres.OldestWaiting(ctx, a.pool)
+		if err != nil && ctx.Err() == nil {
+			a.logger.Warn("read oldest waiting delivery", "err", err)
+		}
+		for _, channel := range a.topology.Channels {
+			a.metrics.OldestWaiting(channel, ages[channel]) // zero when nothing waits
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
 }
 
 // serveCommand runs `ledger serve`.

@@ -27,8 +27,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	serve := &ffcli.Command{
 		Name:       "serve",
 		ShortUsage: "ledger serve [flags]",
-		ShortHelp:  "run the chosen roles (api, relay, worker) in one process",
-		LongHelp: "Runs the HTTP API, the outbox relay and the workers (by default all of them).\n" +
+		ShortHelp:  "run the chosen roles (api, relay, worker, projector) in one process",
+		LongHelp: "Runs the HTTP API, the outbox relay, the workers and the projector (by default all of them).\n" +
 			"Refuses to start when the database schema is behind: run `ledger migrate` first.\n" +
 			"Every flag can also be set by an environment variable: --http-addr is LEDGER_HTTP_ADDR.",
 		FlagSet: serveFS,
@@ -120,9 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := &ffcli.Command{
 		ShortUsage:  "ledger <command> [flags]",
 		ShortHelp:   "an event-sourced delivery ledger for notifications",
-		LongHelp:    "Commands: migrate, serve, sink, bench. Run `ledger <command> --help` for a command's flags.",
+		LongHelp:    "Commands: migrate, serve, projections, export, sink, bench. Run `ledger <command> --help` for a command's flags.",
 		FlagSet:     rootFS,
-		Subcommands: []*ffcli.Command{migrate, serve, sink, bench},
+		Subcommands: []*ffcli.Command{migrate, serve, projectionsCommand(stdout, stderr), exportCommand(stdout, stderr), sink, bench},
 		Exec: func(context.Context, []string) error {
 			return flag.ErrHelp
 		},

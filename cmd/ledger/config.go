@@ -11,6 +11,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/worker/limit"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // Defaults of the contract (DESIGN.md, "Contract").
@@ -22,13 +23,13 @@ const (
 	defaultWorkerConcurrency = 16
 	defaultWebhookTimeout    = 10 * time.Second
 	defaultShutdownTimeout   = 30 * time.Second
-	defaultRoles             = "api,relay,worker"
+	defaultRoles             = "api,relay,worker,projector"
 	defaultPriorityShares    = "high=60,normal=30,low=10"
 	defaultDatabaseMaxConns  = 32
 )
 
 // allRoles are the roles `serve` can run.
-var allRoles = []string{"api", "relay", "worker"}
+var allRoles = []string{"api", "relay", "worker", "projector"}
 
 // Config is every setting of the ledger. Each field is a flag and an environment variable of the
 // same name (--database-url / LEDGER_DATABASE_URL).
@@ -55,6 +56,9 @@ type Config struct {
 	HostConcurrency     int
 	HostRate            float64
 	HostRules           string
+	// The projector role.
+	ProjectorBatchSize    int
+	ProjectorPollInterval time.Duration
 }
 
 // defaultConfig returns a serve configuration with every default applied.
@@ -95,6 +99,8 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HostConcurrency, "host-concurrency", def.DefaultHost.Concurrency, "calls in flight per destination host (0: unlimited)")
 	fs.Float64Var(&c.HostRate, "host-rate", def.DefaultHost.Rate, "calls per second per destination host (0: unlimited)")
 	fs.StringVar(&c.HostRules, "host-rules", "", "per-host overrides: host=concurrency[:rate[:burst]],...")
+	fs.IntVar(&c.ProjectorBatchSize, "projector-batch-size", projections.DefaultBatchSize, "events the projector applies per transaction")
+	fs.DurationVar(&c.ProjectorPollInterval, "projector-poll-interval", projections.DefaultPollInterval, "longest wait of an idle projector before it reads the log again")
 }
 
 // Validate reports every problem of a serve configuration at once.
@@ -114,6 +120,12 @@ func (c *Config) Validate() error {
 	}
 	if c.WebhookTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--webhook-timeout %s is not positive", c.WebhookTimeout))
+	}
+	if c.ProjectorBatchSize < 1 {
+		errs = append(errs, fmt.Errorf("--projector-batch-size %d is below 1", c.ProjectorBatchSize))
+	}
+	if c.ProjectorPollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--projector-poll-interval %s is not positive", c.ProjectorPollInterval))
 	}
 	if _, err := c.roles(); err != nil {
 		errs = append(errs, err)

@@ -389,7 +389,7 @@ func TestDuplicateAMQPMessageCallsWebhookOnce(t *testing.T) {
 		Metadata         map[string]string `json:"metadata"`
 	}
 	var raw []byte
-	if err := b.schema.Pool.QueryRow(context.Background(), `SELECT payload::text FROM watermill_ledger_outbox`).Scan(&raw); err != nil {
+	if err := b.schema.Pool.QueryRow(context.Background(), `SELECT payload::text FROM ledger_outbox_all`).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(raw, &envelope); err != nil {

@@ -353,6 +353,7 @@ func TestMetricsExposeTheSignals(t *testing.T) {
 		`ledger_relay_lag_seconds_bucket`,
 		`ledger_queue_messages{queue="` + b.cfg.AMQPPrefix + `.webhook"}`,
 		`ledger_provider_in_flight{provider="webhook"} 0`,
+		`ledger_oldest_waiting_delivery_age_seconds{channel="webhook"}`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)

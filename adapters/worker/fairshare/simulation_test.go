@@ -162,4 +162,3 @@ func TestFewerSlotsThanClassesShareByWeight(t *testing.T) {
 		})
 	}
 }
-

@@ -1,0 +1,297 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
+)
+
+// viewInfo tells a caller how far behind the log the answer's view is.
+type viewInfo struct {
+	Name string `json:"name"`
+	// Position is the log position ("transaction id:position") of the last event in the view.
+	Position   string    `json:"position"`
+	Version    int       `json:"version"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	LagEvents  int64     `json:"lag_events"`
+	LagSeconds float64   `json:"lag_seconds"`
+}
+
+func newViewInfo(v projections.ViewPosition) viewInfo {
+	return viewInfo{Name: v.Name, Position: v.Position.String(), Version: v.Version, UpdatedAt: v.UpdatedAt,
+		LagEvents: v.LagEvents, LagSeconds: v.LagSeconds}
+}
+
+// deliveryItem is one delivery of GET /v1/deliveries.
+type deliveryItem struct {
+	ID                  string          `json:"id"`
+	NotificationID      string          `json:"notification_id"`
+	Channel             string          `json:"channel"`
+	Recipient           string          `json:"recipient"`
+	State               domain.State    `json:"state"`
+	Priority            domain.Priority `json:"priority"`
+	Attempts            int             `json:"attempts"`
+	MaxAttempts         int             `json:"max_attempts"`
+	Provider            string          `json:"provider,omitempty"`
+	ProviderOperationID string          `json:"provider_operation_id,omitempty"`
+	LastError           *lastError      `json:"last_error,omitempty"`
+	NextAttemptAt       *time.Time      `json:"next_attempt_at,omitempty"`
+	IdempotencyKey      string          `json:"idempotency_key"`
+	AcceptedAt          time.Time       `json:"accepted_at"`
+	UpdatedAt           time.Time       `json:"updated_at"`
+	FirstAttemptAt      *time.Time      `json:"first_attempt_at,omitempty"`
+	TerminalAt          *time.Time      `json:"terminal_at,omitempty"`
+	Version             int             `json:"version"`
+}
+
+func newDeliveryItem(r projections.StatusRow) deliveryItem {
+	item := deliveryItem{ID: r.ID, NotificationID: r.NotificationID, Channel: r.Channel, Recipient: r.Recipient,
+		State: r.State, Priority: r.Priority, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, Provider: r.Provider,
+		ProviderOperationID: r.ProviderOperationID, NextAttemptAt: r.NextAttemptAt, IdempotencyKey: r.RequestKey,
+		AcceptedAt: r.AcceptedAt, UpdatedAt: r.UpdatedAt, FirstAttemptAt: r.FirstAttemptAt, TerminalAt: r.TerminalAt,
+		Version: r.Version}
+	if r.LastErrorClass != "" || r.LastError != "" {
+		item.LastError = &lastError{Class: r.LastErrorClass, Message: r.LastError, StatusCode: r.LastStatusCode}
+	}
+	return item
+}
+
+// dlqItem is one entry of GET /v1/dlq.
+type dlqItem struct {
+	ID              string            `json:"id"`
+	Channel         string            `json:"channel"`
+	Recipient       string            `json:"recipient"`
+	Priority        domain.Priority   `json:"priority"`
+	State           domain.State      `json:"state"`
+	FailureClass    domain.ErrorClass `json:"failure_class"`
+	Exhausted       bool              `json:"exhausted"`
+	LastError       string            `json:"last_error,omitempty"`
+	LastStatusCode  int               `json:"last_status_code,omitempty"`
+	Provider        string            `json:"provider,omitempty"`
+	Attempts        int               `json:"attempts"`
+	AttemptsInCycle int               `json:"attempts_in_cycle"`
+	MaxAttempts     int               `json:"max_attempts"`
+	Replays         int               `json:"replays"`
+	AcceptedAt      time.Time         `json:"accepted_at"`
+	EnteredAt       time.Time         `json:"entered_at"`
+	// Evidence lists the current cycle's attempt outcomes and reconciliations, oldest first.
+	Evidence json.RawMessage `json:"evidence"`
+	Version  int             `json:"version"`
+}
+
+func newDLQItem(r projections.DLQRow) dlqItem {
+	return dlqItem{ID: r.ID, Channel: r.Channel, Recipient: r.Recipient, Priority: r.Priority, State: r.State,
+		FailureClass: r.FailureClass, Exhausted: r.Exhausted, LastError: r.LastError, LastStatusCode: r.LastStatusCode,
+		Provider: r.Provider, Attempts: r.Attempts, AttemptsInCycle: r.AttemptsInCycle, MaxAttempts: r.MaxAttempts,
+		Replays: r.Cycle, AcceptedAt: r.AcceptedAt, EnteredAt: r.EnteredAt, Evidence: r.Evidence, Version: r.Version}
+}
+
+// list is the shape of every list answer: no next_cursor on the last page.
+type list[T any] struct {
+	Items      []T      `json:"items"`
+	NextCursor string   `json:"next_cursor,omitempty"`
+	View       viewInfo `json:"view"`
+}
+
+func newList[R, T any](page projections.Page[R], conv func(R) T) list[T] {
+	out := list[T]{Items: make([]T, 0, len(page.Items)), View: newViewInfo(page.View)}
+	for _, r := range page.Items {
+		out.Items = append(out.Items, conv(r))
+	}
+	if page.Next != nil {
+		out.NextCursor = page.Next.String()
+	}
+	return out
+}
+
+// listDeliveries is GET /v1/deliveries: the tenant's deliveries from the status view, newest
+// first, with keyset pagination.
+func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request, tenant string) error {
+	f, err := s.parseFilter(r.URL.Query(), domain.States)
+	if err != nil {
+		return err
+	}
+	page, err := s.deps.Views.Deliveries(r.Context(), tenant, f)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, newList(page, newDeliveryItem))
+	return nil
+}
+
+// listDLQ is GET /v1/dlq: the tenant's dead and unknown deliveries, with the same filters.
+func (s *server) listDLQ(w http.ResponseWriter, r *http.Request, tenant string) error {
+	f, err := s.parseFilter(r.URL.Query(), []domain.State{domain.StateDead, domain.StateUnknown})
+	if err != nil {
+		return err
+	}
+	page, err := s.deps.Views.DeadLetters(r.Context(), tenant, f)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, newList(page, newDLQItem))
+	return nil
+}
+
+// channelStats is one channel of GET /v1/stats.
+type channelStats struct {
+	Channel    string `json:"channel"`
+	Deliveries int64  `json:"deliveries"`
+	// States counts the deliveries in each state now; Entered counts the moves into each state,
+	// ever (so entered.retrying is the number of retries scheduled).
+	States  map[domain.State]int64 `json:"states"`
+	Entered map[domain.State]int64 `json:"entered"`
+}
+
+// statsAnswer is GET /v1/stats.
+type statsAnswer struct {
+	Deliveries int64                  `json:"deliveries"`
+	States     map[domain.State]int64 `json:"states"`
+	Channels   []channelStats         `json:"channels"`
+	View       viewInfo               `json:"view"`
+}
+
+func zeroStates() map[domain.State]int64 {
+	m := make(map[domain.State]int64, len(domain.States))
+	for _, st := range domain.States {
+		m[st] = 0
+	}
+	return m
+}
+
+// stats is GET /v1/stats: the tenant's counters, per state and per channel.
+func (s *server) stats(w http.ResponseWriter, r *http.Request, tenant string) error {
+	if err := onlyParams(r.URL.Query()); err != nil {
+		return err
+	}
+	st, err := s.deps.Views.Stats(r.Context(), tenant)
+	if err != nil {
+		return err
+	}
+	out := statsAnswer{States: zeroStates(), Channels: []channelStats{}, View: newViewInfo(st.View)}
+	byChannel := map[string]*channelStats{}
+	for _, c := range st.Counts {
+		ch := byChannel[c.Channel]
+		if ch == nil {
+			ch = &channelStats{Channel: c.Channel, States: zeroStates(), Entered: zeroStates()}
+			byChannel[c.Channel] = ch
+		}
+		ch.Deliveries += c.Deliveries
+		ch.States[c.State] += c.Deliveries
+		ch.Entered[c.State] += c.Entered
+		out.Deliveries += c.Deliveries
+		out.States[c.State] += c.Deliveries
+	}
+	for _, ch := range byChannel {
+		out.Channels = append(out.Channels, *ch)
+	}
+	sort.Slice(out.Channels, func(i, j int) bool { return out.Channels[i].Channel < out.Channels[j].Channel })
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// onlyParams refuses query parameters other than the known ones: a misspelt filter would
+// otherwise silently widen the answer.
+func onlyParams(q url.Values, known ...string) error {
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		ok := false
+		for _, k := range known {
+			ok = ok || k == name
+		}
+		if !ok {
+			if len(known) == 0 {
+				return invalid(name, "this endpoint takes no query parameters")
+			}
+			return invalid(name, "unknown query parameter; known: %s", strings.Join(known, ", "))
+		}
+		if len(q[name]) > 1 {
+			return invalid(name, "given %d times; give it once", len(q[name]))
+		}
+	}
+	return nil
+}
+
+// parseFilter reads the list filters. Every refusal names the parameter at fault.
+func (s *server) parseFilter(q url.Values, states []domain.State) (projections.Filter, error) {
+	var f projections.Filter
+	if err := onlyParams(q, "state", "channel", "recipient", "since", "until", "limit", "cursor"); err != nil {
+		return f, err
+	}
+	if v := q.Get("state"); v != "" {
+		f.State = domain.State(v)
+		known := false
+		names := make([]string, len(states))
+		for i, st := range states {
+			known = known || st == f.State
+			names[i] = string(st)
+		}
+		if !known {
+			return f, invalid("state", "unknown state %q; one of: %s", v, strings.Join(names, ", "))
+		}
+	}
+	if v := q.Get("channel"); v != "" {
+		if _, ok := s.cfg.Channels[v]; !ok {
+			return f, invalid("channel", "unknown channel %q; known: %s", v, s.channels)
+		}
+		f.Channel = v
+	}
+	f.Recipient = q.Get("recipient")
+	for _, p := range []struct {
+		name string
+		into *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return f, invalid(p.name, "not an RFC 3339 time such as 2026-01-02T15:04:05Z")
+			}
+			*p.into = t.UTC()
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return f, invalid("until", "must be after since")
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > projections.MaxPageLimit {
+			return f, invalid("limit", "must be a whole number from 1 to %d", projections.MaxPageLimit)
+		}
+		f.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		c, err := projections.ParseCursor(v)
+		if err != nil {
+			return f, invalid("cursor", "%v: pass the next_cursor of the previous page", err)
+		}
+		f.After = &c
+	}
+	return f, nil
+}
+
+// parseAsOf reads the as_of parameter of GET /v1/deliveries/{id}; zero when absent.
+func parseAsOf(q url.Values) (time.Time, error) {
+	if err := onlyParams(q, "as_of"); err != nil {
+		return time.Time{}, err
+	}
+	v := q.Get("as_of")
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, invalid("as_of", "not an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	}
+	return t.UTC(), nil
+}

@@ -1,0 +1,123 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// LogRange selects the events recorded in [Since, Until). A zero bound is open.
+type LogRange struct {
+	Since time.Time
+	Until time.Time
+}
+
+// The export is one statement, so one snapshot: every event committed when it starts, in log
+// order. Unlike a follower it keeps no checkpoint, so it need not stop below the oldest running
+// transaction (which, anywhere in the cluster, would hide events that have long committed).
+// ORDER BY names the table's columns, not the text output column transaction_id.
+const (
+	eventsExport = `SELECT ` + eventColumns + `, transaction_id::text FROM events
+WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
+  AND ($2::timestamptz IS NULL OR recorded_at < $2)
+ORDER BY events.transaction_id, events.position`
+	eventsCount = `SELECT count(*) FROM events
+WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
+  AND ($2::timestamptz IS NULL OR recorded_at < $2)`
+)
+
+// ExportLog calls fn for every event recorded in r and committed when the export starts, in log
+// order. It streams: rows are decoded as they arrive, so the memory used does not grow with the
+// range. An error from fn stops the export and is returned.
+func (s *EventStore) ExportLog(ctx context.Context, r LogRange, fn func(LoggedEvent) error) error {
+	rows, err := s.pool.Query(ctx, eventsExport, nullTime(r.Since), nullTime(r.Until))
+	if err != nil {
+		return fmt.Errorf("export log: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		le, err := scanLogged(rows)
+		if err != nil {
+			return fmt.Errorf("export log: %w", err)
+		}
+		if err := fn(le); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("export log: %w", err)
+	}
+	return nil
+}
+
+// CountLog returns how many events were recorded in r (for an export's progress).
+func (s *EventStore) CountLog(ctx context.Context, r LogRange) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, eventsCount, nullTime(r.Since), nullTime(r.Until)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count log: %w", err)
+	}
+	return n, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func scanLogged(rows pgx.Rows) (LoggedEvent, error) {
+	var le LoggedEvent
+	var typ, txid string
+	err := rows.Scan(&le.DeliveryID, &le.Tenant, &le.Version, &typ, &le.Key, &le.Data, &le.RecordedAt, &le.Position, &txid)
+	if err != nil {
+		return le, err
+	}
+	le.Type = domain.EventType(typ)
+	le.RecordedAt = le.RecordedAt.UTC()
+	le.At.Position = le.Position
+	le.At.TransactionID, err = strconv.ParseUint(txid, 10, 64)
+	return le, err
+}
+
+// NotifyWaker returns a channel that receives (coalesced) a signal whenever an appending
+// transaction that wrote outbox messages commits. Followers of the log use it to wake before
+// their poll interval; it is a hint, not a guarantee (appends without outbox messages do not
+// signal), so they must still poll. The listener stops with ctx.
+func NotifyWaker(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) <-chan struct{} {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return newNotifyWaker(ctx, pool, OutboxNotifyChannel, logger)
+}
+
+// statusOldestWaiting is the age of the oldest delivery per channel that waits for a worker.
+const statusOldestWaiting = `SELECT channel, extract(epoch FROM now() - min(updated_at))
+FROM status_view WHERE state IN ('accepted', 'queued') GROUP BY channel`
+
+// OldestWaiting returns, per channel, how long the oldest delivery that is accepted or queued
+// (not yet started) has been waiting, as the status view knows it.
+func OldestWaiting(ctx context.Context, pool *pgxpool.Pool) (map[string]time.Duration, error) {
+	rows, err := pool.Query(ctx, statusOldestWaiting)
+	if err != nil {
+		return nil, fmt.Errorf("oldest waiting delivery: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Duration{}
+	for rows.Next() {
+		var channel string
+		var secs float64
+		if err := rows.Scan(&channel, &secs); err != nil {
+			return nil, err
+		}
+		out[channel] = time.Duration(secs * float64(time.Second))
+	}
+	return out, rows.Err()
+}

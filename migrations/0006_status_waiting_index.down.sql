@@ -1,0 +1,1 @@
+DROP INDEX status_view_channel_updated_at_idx;

@@ -1,0 +1,334 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// DLQRow is a dead or unknown delivery in the DLQ view.
+type DLQRow struct {
+	ID        string          `db:"id"`
+	Tenant    string          `db:"tenant"`
+	Channel   string          `db:"channel"`
+	Recipient string          `db:"recipient"`
+	Priority  domain.Priority `db:"priority"`
+	// State is dead or unknown.
+	State   domain.State `db:"state"`
+	Version int          `db:"version"`
+	// Attempts is the number of the latest attempt, over every cycle; AttemptsInCycle counts the
+	// attempts since the latest replay, the ones MaxAttempts bounds.
+	Attempts        int `db:"attempts"`
+	AttemptsInCycle int `db:"attempts_in_cycle"`
+	MaxAttempts     int `db:"max_attempts"`
+	// Cycle is the number of replays so far.
+	Cycle int `db:"cycle"`
+	// FailureClass is the class of the latest attempt's failure (permanent, transient when the
+	// attempts ran out, unknown, panic).
+	FailureClass   domain.ErrorClass `db:"failure_class"`
+	Exhausted      bool              `db:"exhausted"`
+	LastError      string            `db:"last_error"`
+	LastStatusCode int               `db:"last_status_code"`
+	Provider       string            `db:"provider"`
+	AcceptedAt     time.Time         `db:"accepted_at"`
+	// EnteredAt is when the delivery entered its current state.
+	EnteredAt time.Time `db:"entered_at"`
+	// Evidence is the JSON array of the current cycle's Evidence, oldest first.
+	Evidence json.RawMessage `db:"evidence"`
+}
+
+// Evidence is one attempt outcome or reconciliation of a DLQ entry: what an operator reads
+// before replaying a dead delivery (was the failure permanent? did every attempt fail the same
+// way?) or resolving an unknown one (did the request reach the provider? how long did it take?).
+type Evidence struct {
+	Attempt             int               `json:"attempt"`
+	Event               domain.EventType  `json:"event"`
+	At                  time.Time         `json:"at"`
+	Provider            string            `json:"provider,omitempty"`
+	Class               domain.ErrorClass `json:"error_class,omitempty"`
+	Error               string            `json:"error,omitempty"`
+	StatusCode          int               `json:"status_code,omitempty"`
+	LatencyMS           float64           `json:"latency_ms,omitempty"`
+	ProviderOperationID string            `json:"provider_operation_id,omitempty"`
+	// Evidence and Actor are a reconciliation's.
+	Evidence string `json:"evidence,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+}
+
+// dlqFold folds a whole stream, from version 1, into what the DLQ view needs.
+type dlqFold struct {
+	row        DLQRow
+	cycleStart int
+	evidence   []Evidence
+}
+
+func (f *dlqFold) apply(e domain.Event) error {
+	if e.Version != f.row.Version+1 {
+		return fmt.Errorf("delivery %s: event version %d follows version %d", e.DeliveryID, e.Version, f.row.Version)
+	}
+	next, err := domain.Next(f.row.State, e.Type)
+	if err != nil {
+		return fmt.Errorf("delivery %s at version %d: %w", e.DeliveryID, e.Version, err)
+	}
+	data, err := domain.DecodeData(e)
+	if err != nil {
+		return err
+	}
+	at := micro(e.RecordedAt)
+	r := &f.row
+	switch v := data.(type) {
+	case *domain.Accepted:
+		r.ID, r.Tenant, r.Channel, r.Recipient = e.DeliveryID, e.Tenant, v.Channel, v.Recipient
+		r.Priority, r.MaxAttempts, r.AcceptedAt = v.Priority, v.MaxAttempts, at
+		f.cycleStart = 1
+	case *domain.Queued:
+		r.Attempts = v.Attempt
+	case *domain.AttemptStarted:
+		r.Attempts = v.Attempt
+		if v.Provider != "" {
+			r.Provider = v.Provider
+		}
+	case *domain.AttemptResult:
+		if v.Provider != "" {
+			r.Provider = v.Provider
+		}
+		r.FailureClass, r.Exhausted, r.LastError, r.LastStatusCode = v.Class, v.Exhausted, v.Error, v.StatusCode
+		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Provider: v.Provider,
+			Class: v.Class, Error: v.Error, StatusCode: v.StatusCode, LatencyMS: v.LatencyMS,
+			ProviderOperationID: v.ProviderOperationID})
+	case *domain.Resolution:
+		if v.Exhausted {
+			r.Exhausted = true
+		}
+		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Evidence: v.Evidence,
+			Actor: v.Actor, StatusCode: v.StatusCode, ProviderOperationID: v.ProviderOperationID})
+	case *domain.Replayed:
+		r.Attempts, r.Cycle, f.cycleStart = v.Attempt, v.Cycle, v.Attempt
+		r.FailureClass, r.Exhausted, r.LastError, r.LastStatusCode = "", false, "", 0
+		f.evidence = nil
+	}
+	if inDLQ(next) && next != r.State {
+		r.EnteredAt = at
+	}
+	r.State, r.Version = next, e.Version
+	return nil
+}
+
+// result returns the DLQ row of the folded stream; ok is false when the delivery is not dead or
+// unknown.
+func (f *dlqFold) result() (DLQRow, bool) {
+	if !inDLQ(f.row.State) {
+		return DLQRow{}, false
+	}
+	r := f.row
+	if r.Attempts >= f.cycleStart {
+		r.AttemptsInCycle = r.Attempts - f.cycleStart + 1
+	}
+	ev := f.evidence
+	if ev == nil {
+		ev = []Evidence{}
+	}
+	r.Evidence, _ = json.Marshal(ev) // plain values marshal
+	return r, true
+}
+
+// DLQProjection keeps dlq_view.
+type DLQProjection struct{}
+
+// Name implements Projection.
+func (DLQProjection) Name() string { return NameDLQ }
+
+// Table implements Projection.
+func (DLQProjection) Table() string { return "dlq_view" }
+
+// Version implements Projection.
+func (DLQProjection) Version() int { return 1 }
+
+const dlqColumns = `id::text, tenant, channel, recipient, priority, state, version, attempts, attempts_in_cycle,
+max_attempts, cycle, failure_class, exhausted, last_error, last_status_code, provider, accepted_at, entered_at, evidence`
+
+func scanDLQ(row pgx.CollectableRow) (DLQRow, error) {
+	var r DLQRow
+	err := row.Scan(&r.ID, &r.Tenant, &r.Channel, &r.Recipient, &r.Priority, &r.State, &r.Version, &r.Attempts,
+		&r.AttemptsInCycle, &r.MaxAttempts, &r.Cycle, &r.FailureClass, &r.Exhausted, &r.LastError, &r.LastStatusCode,
+		&r.Provider, &r.AcceptedAt, &r.EnteredAt, &r.Evidence)
+	r.AcceptedAt, r.EnteredAt = r.AcceptedAt.UTC(), r.EnteredAt.UTC()
+	return r, err
+}
+
+// Statements of the DLQ projection; %[1]s is the table (live or shadow).
+const (
+	// dlqStreamsGet reads the streams of the deliveries that entered the DLQ, up to the version
+	// the batch reached: the events are immutable, so the fold is the same whenever it runs.
+	dlqStreamsGet = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.data, e.recorded_at
+FROM unnest($1::uuid[], $2::int[]) AS u(id, upto)
+JOIN events e ON e.delivery_id = u.id AND e.version <= u.upto
+ORDER BY e.delivery_id, e.version`
+
+	dlqRowsDelete = `DELETE FROM %[1]s WHERE id = ANY($1::uuid[])`
+
+	// A row is replaced only by a later version of the same delivery.
+	dlqRowsUpsert = `INSERT INTO %[1]s AS d (id, tenant, channel, recipient, priority, state, version, attempts,
+	attempts_in_cycle, max_attempts, cycle, failure_class, exhausted, last_error, last_status_code, provider,
+	accepted_at, entered_at, evidence)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::int[],
+	$9::int[], $10::int[], $11::int[], $12::text[], $13::bool[], $14::text[], $15::int[], $16::text[],
+	$17::timestamptz[], $18::timestamptz[], $19::jsonb[])
+ON CONFLICT (id) DO UPDATE SET
+	state = excluded.state, version = excluded.version, attempts = excluded.attempts,
+	attempts_in_cycle = excluded.attempts_in_cycle, max_attempts = excluded.max_attempts, cycle = excluded.cycle,
+	failure_class = excluded.failure_class, exhausted = excluded.exhausted, last_error = excluded.last_error,
+	last_status_code = excluded.last_status_code, provider = excluded.provider, entered_at = excluded.entered_at,
+	evidence = excluded.evidence
+WHERE d.version < excluded.version`
+
+	dlqRowsList = `SELECT ` + dlqColumns + ` FROM %[1]s AS v ORDER BY v.id`
+)
+
+// Apply implements Projection. The DLQ keeps no copy of deliveries that are not in it: the type
+// of a delivery's latest event in the batch says whether it is dead or unknown now; those that
+// are get their row folded from their stream (read from the log, up to that event), and those
+// whose batch took them out of dead or unknown lose it.
+func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []postgres.LoggedEvent) error {
+	streams, err := groupStreams(batch)
+	if err != nil {
+		return err
+	}
+	var enterIDs []string
+	var enterUpTo []int32
+	var leave []string
+	for _, s := range streams {
+		last := s.events[len(s.events)-1]
+		state, err := StateAfter(last.Type)
+		if err != nil {
+			return err
+		}
+		if inDLQ(state) {
+			enterIDs = append(enterIDs, s.id)
+			enterUpTo = append(enterUpTo, int32(last.Version))
+			continue
+		}
+		for _, e := range s.events {
+			if leavesDLQ[e.Type] {
+				leave = append(leave, s.id)
+				break
+			}
+		}
+	}
+	if len(leave) > 0 {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(dlqRowsDelete, ident(table)), leave); err != nil {
+			return fmt.Errorf("delete dlq rows: %w", err)
+		}
+	}
+	if len(enterIDs) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, dlqStreamsGet, enterIDs, enterUpTo)
+	if err != nil {
+		return fmt.Errorf("read dlq streams: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, scanStreamEvent)
+	if err != nil {
+		return fmt.Errorf("read dlq streams: %w", err)
+	}
+	folds := map[string]*dlqFold{}
+	for _, e := range events {
+		f := folds[e.DeliveryID]
+		if f == nil {
+			f = &dlqFold{}
+			folds[e.DeliveryID] = f
+		}
+		if err := f.apply(e); err != nil {
+			return err
+		}
+	}
+	var a dlqColumnsArrays
+	for i, id := range enterIDs {
+		f := folds[id]
+		if f == nil || f.row.Version != int(enterUpTo[i]) {
+			return fmt.Errorf("delivery %s: the log does not hold its stream up to version %d", id, enterUpTo[i])
+		}
+		row, ok := f.result()
+		if !ok {
+			return fmt.Errorf("delivery %s: folded to state %s, not dead or unknown", id, f.row.State)
+		}
+		a.add(row)
+	}
+	tag, err := tx.Exec(ctx, fmt.Sprintf(dlqRowsUpsert, ident(table)), a.args()...)
+	if err != nil {
+		return fmt.Errorf("write dlq rows: %w", err)
+	}
+	if int(tag.RowsAffected()) != a.n {
+		return fmt.Errorf("write dlq rows: %d of %d rows written; a row was ahead of the log", tag.RowsAffected(), a.n)
+	}
+	return nil
+}
+
+type dlqColumnsArrays struct {
+	n                                                int
+	ids, tenants, channels, recipients, priorities   []string
+	states, classes, errors, providers               []string
+	versions, attempts, inCycle, maxAttempts, cycles []int32
+	codes                                            []int32
+	exhausted                                        []bool
+	accepted, entered                                []time.Time
+	evidence                                         []string
+}
+
+func (a *dlqColumnsArrays) add(r DLQRow) {
+	a.n++
+	a.ids = append(a.ids, r.ID)
+	a.tenants = append(a.tenants, r.Tenant)
+	a.channels = append(a.channels, r.Channel)
+	a.recipients = append(a.recipients, r.Recipient)
+	a.priorities = append(a.priorities, string(r.Priority))
+	a.states = append(a.states, string(r.State))
+	a.versions = append(a.versions, int32(r.Version))
+	a.attempts = append(a.attempts, int32(r.Attempts))
+	a.inCycle = append(a.inCycle, int32(r.AttemptsInCycle))
+	a.maxAttempts = append(a.maxAttempts, int32(r.MaxAttempts))
+	a.cycles = append(a.cycles, int32(r.Cycle))
+	a.classes = append(a.classes, string(r.FailureClass))
+	a.exhausted = append(a.exhausted, r.Exhausted)
+	a.errors = append(a.errors, r.LastError)
+	a.codes = append(a.codes, int32(r.LastStatusCode))
+	a.providers = append(a.providers, r.Provider)
+	a.accepted = append(a.accepted, r.AcceptedAt)
+	a.entered = append(a.entered, r.EnteredAt)
+	a.evidence = append(a.evidence, string(r.Evidence))
+}
+
+func (a *dlqColumnsArrays) args() []any {
+	return []any{a.ids, a.tenants, a.channels, a.recipients, a.priorities, a.states, a.versions, a.attempts,
+		a.inCycle, a.maxAttempts, a.cycles, a.classes, a.exhausted, a.errors, a.codes, a.providers, a.accepted,
+		a.entered, a.evidence}
+}
+
+// Verify implements Projection.
+func (DLQProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo postgres.LogPosition, report func(Difference)) error {
+	live, err := openCursor(ctx, tx, "verify_rows", fmt.Sprintf(dlqRowsList, ident(table)), scanDLQ)
+	if err != nil {
+		return err
+	}
+	streams, err := openStreams(ctx, tx, upTo)
+	if err != nil {
+		return err
+	}
+	return mergeByID(ctx, live, streams, func(r DLQRow) string { return r.ID },
+		func(s *stream) (DLQRow, bool, error) {
+			var f dlqFold
+			for _, e := range s.events {
+				if err := f.apply(e); err != nil {
+					return DLQRow{}, false, err
+				}
+			}
+			row, ok := f.result()
+			return row, ok, nil
+		}, report)
+}

@@ -1,0 +1,315 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+)
+
+// Defaults of RunnerConfig.
+const (
+	DefaultBatchSize    = 500
+	DefaultPollInterval = 200 * time.Millisecond
+	DefaultLagInterval  = 2 * time.Second
+	// maxRetryDelay bounds the wait after a failed batch (database down, a poisoned event).
+	maxRetryDelay = 30 * time.Second
+)
+
+// Metrics receives the projector's measurements. *metrics.Metrics implements it; a nil
+// *metrics.Metrics records nothing.
+type Metrics interface {
+	// ProjectionApplied counts events applied to a view.
+	ProjectionApplied(projection string, events int)
+	// ProjectionLag sets how far a view is behind the log.
+	ProjectionLag(projection string, events int64, behind time.Duration)
+	// ViewDeliveries sets the number of deliveries in a state, over all tenants.
+	ViewDeliveries(channel, state string, n int64)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ProjectionApplied(string, int)              {}
+func (noMetrics) ProjectionLag(string, int64, time.Duration) {}
+func (noMetrics) ViewDeliveries(string, string, int64)       {}
+
+// RunnerConfig tunes the projector.
+type RunnerConfig struct {
+	// BatchSize is the most events applied in one transaction. Zero means DefaultBatchSize.
+	BatchSize int
+	// PollInterval is how long an idle projector waits before it reads the log again. Zero
+	// means DefaultPollInterval.
+	PollInterval time.Duration
+	// LagInterval is how often the lag gauges are refreshed. Zero means DefaultLagInterval.
+	LagInterval time.Duration
+	// Wake, when set, is called once by Run for a channel that wakes an idle projector before
+	// its poll interval (postgres.NotifyWaker); the channel's producer must stop with ctx.
+	Wake func(ctx context.Context) <-chan struct{}
+	// Metrics receives applied counts and lag; nil records nothing.
+	Metrics Metrics
+	// Logger receives failures and warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of the configuration at once.
+func (c RunnerConfig) Validate() error {
+	var problems []error
+	if c.BatchSize < 0 {
+		problems = append(problems, fmt.Errorf("projector batch size %d is negative", c.BatchSize))
+	}
+	if c.PollInterval < 0 {
+		problems = append(problems, fmt.Errorf("projector poll interval %s is negative", c.PollInterval))
+	}
+	if c.LagInterval < 0 {
+		problems = append(problems, fmt.Errorf("projector lag interval %s is negative", c.LagInterval))
+	}
+	return errors.Join(problems...)
+}
+
+func (c RunnerConfig) withDefaults() RunnerConfig {
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.LagInterval == 0 {
+		c.LagInterval = DefaultLagInterval
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Runner is the projector: it follows the log and keeps each projection's view, each on its own
+// checkpoint. Several runners (in several processes) may run at once: they take turns on each
+// checkpoint and never apply an event twice.
+type Runner struct {
+	pool        *pgxpool.Pool
+	log         *postgres.EventStore
+	projections []Projection
+	cfg         RunnerConfig
+}
+
+// NewRunner returns a projector for the projections over pool.
+func NewRunner(pool *pgxpool.Pool, projections []Projection, cfg RunnerConfig) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(projections) == 0 {
+		return nil, errors.New("projector: no projections")
+	}
+	return &Runner{pool: pool, log: postgres.NewEventStore(pool), projections: projections, cfg: cfg.withDefaults()}, nil
+}
+
+// Run keeps the views until ctx is cancelled. A failing batch is logged and retried with a
+// growing delay; it never stops the other projections.
+func (r *Runner) Run(ctx context.Context) error {
+	for _, p := range r.projections {
+		if err := r.prepare(ctx, p); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	wakes := make([]chan struct{}, len(r.projections))
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
+	var wg sync.WaitGroup
+	if r.cfg.Wake != nil {
+		wake := r.cfg.Wake(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-wake:
+					for _, w := range wakes {
+						select {
+						case w <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}
+		}()
+	}
+	for i, p := range r.projections {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.follow(ctx, p, wakes[i])
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.watchLag(ctx)
+	}()
+	wg.Wait()
+	return nil
+}
+
+// prepare makes sure the checkpoint exists and warns about a view that a different version of
+// the projection built.
+func (r *Runner) prepare(ctx context.Context, p Projection) error {
+	if _, err := r.pool.Exec(ctx, checkpointEnsure, p.Name(), p.Version()); err != nil {
+		return fmt.Errorf("projector: create checkpoint of %s: %w", p.Name(), err)
+	}
+	cp, err := getCheckpoint(ctx, r.pool, p.Name(), false)
+	if err != nil {
+		return fmt.Errorf("projector: %w", err)
+	}
+	switch {
+	case cp.events > 0 && cp.version < p.Version():
+		r.cfg.Logger.Warn("view was built by an older projection: rows from before the upgrade lack the new columns; run `ledger projections rebuild "+p.Name()+"`",
+			"projection", p.Name(), "view_version", cp.version, "code_version", p.Version())
+	case cp.version > p.Version():
+		r.cfg.Logger.Warn("view was built by a newer projection than this binary's",
+			"projection", p.Name(), "view_version", cp.version, "code_version", p.Version())
+	}
+	return nil
+}
+
+// follow applies batches of one projection until ctx is cancelled.
+func (r *Runner) follow(ctx context.Context, p Projection, wake <-chan struct{}) {
+	var delay time.Duration
+	for {
+		more, err := r.step(ctx, p)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := r.cfg.PollInterval
+		switch {
+		case err != nil:
+			delay = min(max(2*delay, time.Second), maxRetryDelay)
+			wait = delay
+			r.cfg.Logger.Error("projector batch failed; retrying", "projection", p.Name(), "retry_in", delay, "err", err)
+		case more:
+			delay = 0
+			continue
+		default:
+			delay = 0
+		}
+		woken := wake
+		if err != nil {
+			// A failed batch waits its delay: a wake-up must not turn the retry into a spin.
+			woken = nil
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-woken:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// step applies one batch of p. more reports that the log may hold further readable events.
+func (r *Runner) step(ctx context.Context, p Projection) (more bool, err error) {
+	cp, err := getCheckpoint(ctx, r.pool, p.Name(), false)
+	if err != nil {
+		return false, err
+	}
+	batch, err := r.log.ReadLog(ctx, cp.at, r.cfg.BatchSize)
+	if err != nil || len(batch) == 0 {
+		return false, err
+	}
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, commitAsyncSet); err != nil {
+			return err
+		}
+		return applyBatch(ctx, tx, p, p.Name(), p.Table(), cp.at, batch)
+	})
+	if errors.Is(err, errCheckpointMoved) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	r.cfg.Metrics.ProjectionApplied(p.Name(), len(batch))
+	return len(batch) == r.cfg.BatchSize, nil
+}
+
+// CatchUp applies batches to every projection until none of them has a readable event left. It
+// returns the first error. The projector role does not need it; tests and tools do.
+func (r *Runner) CatchUp(ctx context.Context) error {
+	for _, p := range r.projections {
+		if err := r.prepare(ctx, p); err != nil {
+			return err
+		}
+		for {
+			more, err := r.step(ctx, p)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// countersTotalsGet sums the counters view over tenants, for the deliveries gauge.
+const countersTotalsGet = `SELECT channel, state, sum(deliveries)::bigint FROM counters_view GROUP BY channel, state`
+
+// watchLag refreshes the lag gauges (and the deliveries-by-state gauge) until ctx is cancelled.
+func (r *Runner) watchLag(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.LagInterval)
+	defer ticker.Stop()
+	for {
+		r.recordLag(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func (r *Runner) recordLag(ctx context.Context) {
+	for _, p := range r.projections {
+		v, err := viewPosition(ctx, r.pool, p.Name())
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("read projection lag", "projection", p.Name(), "err", err)
+			}
+			continue
+		}
+		r.cfg.Metrics.ProjectionLag(p.Name(), v.LagEvents, time.Duration(v.LagSeconds*float64(time.Second)))
+		if p.Name() != NameCounters {
+			continue
+		}
+		rows, err := r.pool.Query(ctx, countersTotalsGet)
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			var channel, state string
+			var n int64
+			if rows.Scan(&channel, &state, &n) == nil {
+				r.cfg.Metrics.ViewDeliveries(channel, state, n)
+			}
+		}
+		rows.Close()
+	}
+}
