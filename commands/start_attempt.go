@@ -18,6 +18,11 @@ type StartAttempt struct {
 	// ProviderDeduplicates is true when the provider honours our idempotency key, so calling it
 	// again for an attempt whose outcome is unknown cannot duplicate the notification.
 	ProviderDeduplicates bool
+	// NoStart: the worker may not call the provider now (a limit said no and the attempt could
+	// not be deferred because it is not queued). Resolve what needs no call (a dead worker's
+	// unknown, a duplicate to skip); an attempt that would start is answered StartNotNow and
+	// nothing is recorded.
+	NoStart bool
 }
 
 // StartDecision tells the worker what to do with its message.
@@ -32,6 +37,9 @@ const (
 	// StartRecordedUnknown: an earlier worker started this attempt and died mid-call; the
 	// outcome is recorded as unknown, ack without calling.
 	StartRecordedUnknown StartDecision = "recorded_unknown"
+	// StartNotNow (only with NoStart): the attempt would start; nothing was recorded, give the
+	// message back.
+	StartNotNow StartDecision = "not_now"
 )
 
 // StartAttemptHandler records "attempt started" (state processing) under the key
@@ -60,6 +68,11 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 		}
 		now := h.clock.Now()
 		var toAppend []domain.Event
+		wouldStart := awaitsQueue(d, attempt) || (d.Attempt() == attempt && d.State() == domain.StateQueued) ||
+			(d.Attempt() == attempt && d.State() == domain.StateProcessing && cmd.Redelivered && cmd.ProviderDeduplicates)
+		if cmd.NoStart && wouldStart {
+			return StartNotNow, d, nil
+		}
 		switch {
 		case awaitsQueue(d, attempt):
 			queued, err := d.Queue(now)

@@ -74,12 +74,20 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 		return amqp.Ack
 	}
 
+	noStart := false
 	if w.limiter != nil {
 		release, ok, retryIn, reason := w.limiter.Acquire(w.sender.Provider(), limit.HostOf(msg.Recipient))
 		if !ok {
-			return w.deferAttempt(ctx, log, msg, reason, retryIn)
+			verdict, deferred := w.deferAttempt(ctx, log, msg, reason, retryIn)
+			if deferred || verdict != amqp.Ack {
+				return verdict
+			}
+			// Not deferred: the attempt is not queued (a worker died mid-call and this is the
+			// redelivered copy, or another copy moved it on). Resolve that without a call.
+			noStart = true
+		} else {
+			defer release()
 		}
-		defer release()
 	}
 
 	var decision commands.StartDecision
@@ -90,6 +98,7 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 			Redelivered:          d.Redelivered,
 			Provider:             w.sender.Provider(),
 			ProviderDeduplicates: w.sender.Deduplicates(),
+			NoStart:              noStart,
 		})
 		return err
 	})
@@ -101,6 +110,9 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 	if err != nil {
 		log.Error("cannot record attempt start, requeueing", "err", err)
 		return amqp.Requeue
+	}
+	if decision == commands.StartNotNow {
+		return amqp.Requeue // nothing was recorded; the limit may have room next time
 	}
 	if decision != commands.StartProceed {
 		log.Debug("attempt not started", "decision", decision)
@@ -126,8 +138,10 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 	return amqp.Ack
 }
 
-// deferAttempt records that a limit held the attempt back and sends it through a delay tier.
-func (w *Worker) deferAttempt(ctx context.Context, log *slog.Logger, msg commands.WorkMessage, reason string, delay time.Duration) amqp.Verdict {
+// deferAttempt records that a limit held the attempt back and sends it through a delay tier. It
+// reports whether it deferred; when it did not (the attempt is not queued), the caller still has
+// to resolve the message.
+func (w *Worker) deferAttempt(ctx context.Context, log *slog.Logger, msg commands.WorkMessage, reason string, delay time.Duration) (amqp.Verdict, bool) {
 	var deferred bool
 	err := w.untilStored(ctx, 5, func() error {
 		var err error
@@ -136,12 +150,12 @@ func (w *Worker) deferAttempt(ctx context.Context, log *slog.Logger, msg command
 	})
 	if err != nil {
 		log.Error("cannot record deferral, requeueing", "err", err)
-		return amqp.Requeue
+		return amqp.Requeue, false
 	}
 	if deferred {
 		w.metrics.Deferred(msg.Channel)
 	}
-	return amqp.Ack
+	return amqp.Ack, deferred
 }
 
 func (w *Worker) observe(msg commands.WorkMessage, o domain.Outcome, state domain.State) {

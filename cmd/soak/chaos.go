@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// Bounds of the pause between a SIGKILL and the restart of the killed process.
+const (
+	minRestartPause = 100 * time.Millisecond
+	maxRestartPause = 1200 * time.Millisecond
+)
+
+// incident is something the chaos did, kept to explain what the checker finds.
+type incident struct {
+	At, End time.Time
+	Kind    string // kill, rabbitmq-restart, pg-terminate
+	Target  string
+	Detail  string
+}
+
+// chaos kills processes and disturbs the broker and the database, and remembers when.
+type chaos struct {
+	procs []*process
+	rng   *rand.Rand
+	say   func(string, ...any)
+
+	mu        sync.Mutex
+	incidents []incident
+	failures  []string
+}
+
+func newChaos(procs []*process, seed uint64, say func(string, ...any)) *chaos {
+	return &chaos{procs: procs, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), say: say}
+}
+
+func (c *chaos) record(in incident) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.incidents = append(c.incidents, in)
+}
+
+func (c *chaos) fail(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failures = append(c.failures, fmt.Sprintf(format, args...))
+}
+
+// killLoop sends SIGKILL to a random running process every interval until ctx ends; each is
+// restarted after a random pause.
+func (c *chaos) killLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var up []*process
+		for _, p := range c.procs {
+			if p.isRunning() {
+				up = append(up, p)
+			}
+		}
+		if len(up) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		p := up[c.rng.IntN(len(up))]
+		pause := minRestartPause + time.Duration(c.rng.Int64N(int64(maxRestartPause-minRestartPause)))
+		c.mu.Unlock()
+		if p.kill(pause) {
+			c.record(incident{At: time.Now(), Kind: "kill", Target: p.name, Detail: "restart after " + pause.Round(time.Millisecond).String()})
+		}
+	}
+}
+
+// restartRabbitMQ stops and starts the broker application and waits until it accepts
+// connections again. Once begun it runs to the end even if ctx ends: a broker left stopped would
+// break every other user of this machine's RabbitMQ.
+func (c *chaos) restartRabbitMQ(ctx context.Context, amqpURL string) {
+	ctx = context.WithoutCancel(ctx)
+	start := time.Now()
+	c.say("chaos: restarting RabbitMQ (rabbitmqctl stop_app, start_app)")
+	// start_app runs even when stop_app failed: it is a no-op on a running broker.
+	for _, step := range []string{"stop_app", "start_app"} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		out, err := exec.CommandContext(cctx, "rabbitmqctl", step).CombinedOutput()
+		cancel()
+		if err != nil {
+			c.fail("RabbitMQ restart: rabbitmqctl %s: %v: %s", step, err, strings.TrimSpace(string(out)))
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		conn, err := amqp091.Dial(amqpURL)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			c.fail("RabbitMQ restart: the broker does not accept connections again: %v", err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	end := time.Now()
+	c.record(incident{At: start, End: end, Kind: "rabbitmq-restart", Target: "rabbitmq", Detail: "down for " + end.Sub(start).Round(time.Millisecond).String()})
+	c.say("chaos: RabbitMQ is back after %s", end.Sub(start).Round(time.Millisecond))
+}
+
+// terminateConnections ends every database connection of the ledger processes (they connect
+// with application_name ledger-soak; the checker's own are left alone).
+func (c *chaos) terminateConnections(ctx context.Context, pool *pgxpool.Pool) {
+	var n int
+	err := pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid()`,
+		ledgerApplication).Scan(&n)
+	if err != nil {
+		c.fail("terminate the ledger's database connections: %v", err)
+		return
+	}
+	c.record(incident{At: time.Now(), Kind: "pg-terminate", Target: "postgresql", Detail: fmt.Sprintf("%d connections", n)})
+	c.say("chaos: terminated %d database connections of the ledger processes", n)
+	if n == 0 {
+		c.fail("terminate the ledger's database connections: none found")
+	}
+}
+
+// snapshot returns what the chaos did and what it failed to do.
+func (c *chaos) snapshot() ([]incident, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]incident(nil), c.incidents...), append([]string(nil), c.failures...)
+}
+
+// killsOf counts the kills per process name.
+func killsOf(incidents []incident) map[string]int {
+	kills := map[string]int{}
+	for _, in := range incidents {
+		if in.Kind == "kill" {
+			kills[in.Target]++
+		}
+	}
+	return kills
+}

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+)
+
+// Pacing of the run.
+const (
+	progressEvery = 5 * time.Second
+	pollEvery     = time.Second
+	// chaosTail is how long the chaos goes on after the last delivery was accepted, unless 90 %
+	// of the deliveries settle sooner.
+	chaosTail = 30 * time.Second
+	// settleGrace is how long every delivery must stay settled before the processes are
+	// stopped: a worker still holding the call of an attempt marked unknown may yet record its
+	// real outcome.
+	settleGrace = 2*webhookTimeout + time.Second
+	stopGrace   = shutdownTimeout + 10*time.Second
+	// stallAfter ends the wait once no delivery has moved for this long after the chaos: retry
+	// delays are at most the retry cap, and every process is back within seconds.
+	stallAfter = 30 * time.Second
+	logTail    = 40
+)
+
+// runner is one soak run.
+type runner struct {
+	o       options
+	out     io.Writer
+	started time.Time
+	seed    uint64
+
+	env      *environment
+	features features
+	sink     *sink
+	api      string
+	procs    []*process
+	producer *producer
+	chaos    *chaos
+	tracker  *tracker
+}
+
+// run runs the soak and returns the exit code. The last line it prints is
+// `lost=N duplicates=N unknown=N`; counts of -1 mean the run did not get as far as the checks.
+func run(ctx context.Context, o options, out io.Writer) int {
+	r := &runner{o: o, out: out, started: time.Now(), seed: o.Seed}
+	if r.seed == 0 {
+		r.seed = rand.Uint64()
+	}
+	v, err := r.soak(ctx)
+	failed := err != nil || len(v.Failures) > 0
+	if r.env != nil {
+		r.env.tearDown(o.Keep == "always" || (o.Keep == "failed" && failed), r.say)
+	}
+	if err != nil {
+		r.say("FAILED: %v", err)
+		fmt.Fprintln(out, "lost=-1 duplicates=-1 unknown=-1")
+		return 1
+	}
+	code := 0
+	if failed {
+		code = 1
+	}
+	fmt.Fprintf(out, "lost=%d duplicates=%d unknown=%d\n", v.Lost(), v.Duplicates(), v.Unknown)
+	return code
+}
+
+func (r *runner) say(format string, args ...any) {
+	fmt.Fprintf(r.out, "soak %6.1fs: %s\n", time.Since(r.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *runner) soak(parent context.Context) (*verdict, error) {
+	ctx, cancel := context.WithTimeout(parent, r.o.Timeout)
+	defer cancel()
+	var err error
+	if r.env, err = setUp(ctx, r.o); err != nil {
+		return nil, fmt.Errorf("set up: %w", err)
+	}
+	r.features = probeFeatures(r.o.Ledger)
+	if r.sink, err = startSink(); err != nil {
+		return nil, fmt.Errorf("start the webhook sink: %w", err)
+	}
+	defer r.sink.Close()
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r.api = "http://" + addr
+	r.say("schema %s, queue prefix %s, %d deliveries, kill every %s, seed %d, logs in %s",
+		r.env.schema, r.env.prefix, r.o.Deliveries, r.o.KillEvery, r.seed, r.env.dir)
+	if fi, err := os.Stat(r.o.Ledger); err == nil {
+		r.say("ledger binary %s, built %s", r.o.Ledger, fi.ModTime().UTC().Format(time.RFC3339))
+	}
+
+	roles := [][2]string{{"api", "api"}, {"relay", "relay"}, {"worker-1", "worker"}, {"worker-2", "worker"}}
+	if r.features.projector {
+		roles = append(roles, [2]string{"projector", "projector"})
+	} else {
+		r.say("this ledger has no projector role: the status view check compares the API with a fresh fold")
+	}
+	for _, nr := range roles {
+		listen := "127.0.0.1:0" // only the API process listens on the soak's address
+		if nr[1] == "api" {
+			listen = addr
+		}
+		r.procs = append(r.procs, newProcess(r.o.Ledger, r.env.dir, nr[0], nr[1], ledgerEnv(r.env, listen, r.o)))
+	}
+	r.env.declared = true // the processes declare the topology; tearDown deletes it
+	for _, p := range r.procs {
+		go p.supervise(context.WithoutCancel(ctx))
+	}
+	defer r.stop(r.procs) // a no-op for processes already stopped
+	if err := waitHealthy(ctx, r.api); err != nil {
+		r.printLogs()
+		return nil, err
+	}
+
+	r.tracker = newTracker(postgres.NewEventStore(r.env.pool))
+	r.producer = newProducer(r.api, r.sink.URL(), r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
+	r.chaos = newChaos(r.procs, r.seed, r.say)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		r.producer.produce(ctx)
+	}()
+	r.runChaos(ctx, produced)
+	<-produced
+	r.waitSettled(ctx)
+
+	// The checks run even when the run timed out: use a context of their own.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(parent), 3*time.Minute)
+	defer ccancel()
+	return r.finish(cctx)
+}
+
+// runChaos kills processes until production is over and most deliveries have settled;
+// meanwhile it terminates the database connections once (a quarter into production) and
+// restarts RabbitMQ once (halfway).
+func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
+	kctx, stopKills := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.chaos.killLoop(kctx, r.o.KillEvery)
+	}()
+	n := int64(r.o.Deliveries)
+	terminated, rabbitStarted := false, false
+	rabbitDone := make(chan struct{})
+	var producedAt time.Time
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	lastProgress := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+		accepted := r.producer.accepted.Load()
+		if !terminated && accepted >= n/4 {
+			terminated = true
+			r.chaos.terminateConnections(ctx, r.env.pool)
+		}
+		if !rabbitStarted && accepted >= n/2 {
+			rabbitStarted = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer close(rabbitDone)
+				r.chaos.restartRabbitMQ(ctx, r.env.amqpURL)
+			}()
+		}
+		settledN := r.refresh(ctx, false)
+		if time.Since(lastProgress) >= progressEvery {
+			r.progress(settledN)
+			lastProgress = time.Now()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-produced:
+			if producedAt.IsZero() {
+				producedAt = time.Now()
+			}
+		default:
+			continue
+		}
+		rabbitOver := false
+		select {
+		case <-rabbitDone:
+			rabbitOver = true
+		default:
+		}
+		if terminated && rabbitOver && (settledN*10 >= int(accepted)*9 || time.Since(producedAt) >= chaosTail) {
+			break
+		}
+	}
+	stopKills()
+	wg.Wait()
+	if !terminated || !rabbitStarted {
+		r.chaos.fail("the run ended before the planned database and broker disturbances")
+	}
+	r.say("chaos over: %s", r.killSummary())
+}
+
+// waitSettled keeps the processes running until every accepted delivery has settled (and stays
+// settled for settleGrace), or ctx ends.
+func (r *runner) waitSettled(ctx context.Context) {
+	lastProgress := time.Now()
+	r.tracker.changed = lastProgress
+	for ctx.Err() == nil {
+		ids := r.acceptedIDs()
+		if n := r.refresh(ctx, false); n == len(ids) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(settleGrace):
+			}
+			if r.refresh(ctx, true) == len(ids) {
+				r.progress(n)
+				return
+			}
+			continue
+		}
+		if time.Since(lastProgress) >= progressEvery {
+			r.progress(r.refresh(ctx, false))
+			lastProgress = time.Now()
+		}
+		if still := time.Since(r.tracker.changed); still >= stallAfter {
+			r.say("no delivery has changed state for %s: the rest are stuck", still.Round(time.Second))
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pollEvery):
+		}
+	}
+	r.say("timed out (--timeout %s) before every delivery settled", r.o.Timeout)
+}
+
+// refresh folds the streams and returns how many accepted deliveries have settled.
+func (r *runner) refresh(ctx context.Context, all bool) int {
+	n, err := r.tracker.refresh(ctx, r.acceptedIDs(), all)
+	if err != nil && ctx.Err() == nil {
+		r.say("fold streams: %v", err)
+	}
+	return n
+}
+
+func (r *runner) acceptedIDs() []string {
+	ids, _ := r.producer.accepts()
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (r *runner) progress(settledN int) {
+	r.say("accepted=%d/%d settled=%d sink_calls=%d producer_retries=%d %s",
+		r.producer.accepted.Load(), r.o.Deliveries, settledN, r.sink.Count(), r.producer.retries.Load(), r.killSummary())
+}
+
+func (r *runner) killSummary() string {
+	var parts []string
+	kills, exits := 0, 0
+	for _, p := range r.procs {
+		_, k, e, _ := p.counts()
+		kills += k
+		exits += e
+		parts = append(parts, fmt.Sprintf("%s=%d", p.name, k))
+	}
+	return fmt.Sprintf("kills=%d (%s) exits=%d", kills, strings.Join(parts, " "), exits)
+}
+
+// finish stops the processes and runs every check.
+func (r *runner) finish(ctx context.Context) (*verdict, error) {
+	var api, projector, rest []*process
+	for _, p := range r.procs {
+		switch p.name {
+		case "api":
+			api = append(api, p)
+		case "projector":
+			projector = append(projector, p)
+		default:
+			rest = append(rest, p)
+		}
+	}
+	// Relay and workers stop first, so that the log stops moving; the API answers the status
+	// check, and the projector catches up with the last events.
+	r.stop(rest)
+	ids, unaccepted := r.producer.accepts()
+	for i := range r.o.Deliveries {
+		key := r.producer.key(i)
+		if _, ok := ids[key]; !ok {
+			if _, ok := unaccepted[key]; !ok {
+				unaccepted[key] = "no 2xx before the run ended"
+			}
+		}
+	}
+	idList := make([]string, 0, len(ids))
+	for _, id := range ids {
+		idList = append(idList, id)
+	}
+	streams, err := loadStreams(ctx, postgres.NewEventStore(r.env.pool), idList)
+	if err != nil {
+		return nil, err
+	}
+	incidents, chaosFailures := r.chaos.snapshot()
+	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents}
+	v := check(ev)
+	for _, f := range chaosFailures {
+		v.fail("chaos: %s", f)
+	}
+	checkLog(ctx, v, r.env.pool, ids)
+	want := foldAll(streams)
+	checkAPIStatus(ctx, v, r.api, want)
+	if r.features.projector {
+		checkStatusView(ctx, v, r.env.pool, want, r.features, r.o.Ledger, ledgerEnv(r.env, "127.0.0.1:0", r.o), r.say)
+	}
+	r.stop(append(api, projector...))
+	if err := r.sink.save(filepath.Join(r.env.dir, "sink.csv")); err != nil {
+		r.say("save the sink's record: %v", err)
+	}
+	r.report(v, ev)
+	return v, nil
+}
+
+// report prints what happened and, when a check failed, the evidence and the process logs.
+func (r *runner) report(v *verdict, ev evidence) {
+	for _, p := range r.procs {
+		starts, kills, exits, last := p.counts()
+		line := fmt.Sprintf("process %-9s starts=%d kills=%d exits=%d", p.name, starts, kills, exits)
+		if exits > 0 {
+			line += " (last: " + last + ")"
+		}
+		r.say("%s", line)
+	}
+	for _, in := range ev.incidents {
+		if in.Kind != "kill" {
+			r.say("incident %s at %.1fs %s", in.Kind, in.At.Sub(r.started).Seconds(), in.Detail)
+		}
+	}
+	r.say("producer: accepted=%d retries=%d replayed=%d (answers repeated for a key already accepted)",
+		r.producer.accepted.Load(), r.producer.retries.Load(), r.producer.replayed.Load())
+	r.say("sink: calls=%d", len(ev.calls))
+	r.say("states: delivered=%d dead=%d unknown=%d (slow answer %d, worker stopped mid-call %d) missing=%d stuck=%d",
+		v.Delivered, v.Dead, v.Unknown, v.UnknownSlow, v.UnknownStopped, v.Missing, v.Stuck)
+	r.say("duplicates: %d (same attempt called again %d, delivery resent after a 200 %d; explained by unknown %d, by a redelivery after a kill %d, unexplained %d)",
+		v.Duplicates(), v.SameAttemptCalls, v.ResentAfterSuccess, v.ByUnknown, v.ByKill, v.Unexplained)
+	if !r.features.verify {
+		r.say("status view: this ledger has no `projections verify status`; compared GET /v1/deliveries/{id} (state, version, attempts) with a fresh fold instead")
+	}
+	if len(v.Failures) == 0 {
+		r.say("all checks passed")
+		return
+	}
+	printExamples(r.out, v, ev)
+	timeline := append([]incident(nil), ev.incidents...)
+	for _, p := range r.procs {
+		timeline = append(timeline, p.timeline()...)
+	}
+	sort.SliceStable(timeline, func(i, j int) bool { return timeline[i].At.Before(timeline[j].At) })
+	r.printIncidents(timeline)
+	r.printLogs()
+	sort.Strings(v.Failures)
+	for _, f := range v.Failures {
+		r.say("FAIL: %s", f)
+	}
+}
+
+// printIncidents prints the chaos timeline, in the UTC times of the histories.
+func (r *runner) printIncidents(incidents []incident) {
+	fmt.Fprintf(r.out, "timeline (%d chaos incidents, process starts and exits):\n", len(incidents))
+	for _, in := range incidents {
+		end := ""
+		if !in.End.IsZero() {
+			end = " until " + in.End.UTC().Format("15:04:05.000")
+		}
+		fmt.Fprintf(r.out, "  %s%s %s %s %s\n", in.At.UTC().Format("15:04:05.000"), end, in.Kind, in.Target, in.Detail)
+	}
+}
+
+func (r *runner) printLogs() {
+	for _, p := range r.procs {
+		fmt.Fprintf(r.out, "--- log of %s (last %d lines)\n", p.name, logTail)
+		p.tail(r.out, logTail)
+	}
+}
+
+// stop stops processes with SIGTERM, in parallel.
+func (r *runner) stop(procs []*process) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.stop(stopGrace)
+		}()
+	}
+	wg.Wait()
+}
+
+// waitHealthy waits for the API process to answer /healthz.
+func waitHealthy(ctx context.Context, api string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(api + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the API at %s did not come up: %v", api, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// freeAddr finds a free loopback port for the API.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}

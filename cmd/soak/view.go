@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// viewCatchUp bounds the wait for the projector to apply the last events.
+const viewCatchUp = 60 * time.Second
+
+// features are the optional parts of the ledger binary the soak uses when they exist.
+type features struct {
+	// projector: `ledger serve --roles projector` runs the projections.
+	projector bool
+	// verify: `ledger projections verify status` compares the status view with a fresh fold.
+	verify bool
+}
+
+func probeFeatures(ledger string) features {
+	serveHelp, _ := exec.Command(ledger, "serve", "--help").CombinedOutput()
+	verifyHelp, err := exec.Command(ledger, "projections", "verify", "--help").CombinedOutput()
+	return features{
+		projector: bytes.Contains(serveHelp, []byte("projector")),
+		verify:    err == nil && bytes.Contains(verifyHelp, []byte("projections verify")),
+	}
+}
+
+// folded is what a fresh fold says a status row must hold.
+type folded struct {
+	State    domain.State `json:"state"`
+	Version  int          `json:"version"`
+	Attempts int          `json:"attempts"`
+}
+
+func foldAll(streams map[string][]domain.Event) map[string]folded {
+	out := make(map[string]folded, len(streams))
+	for id, events := range streams {
+		if d, err := domain.Rehydrate(events); err == nil {
+			out[id] = folded{State: d.State(), Version: d.Version(), Attempts: d.Attempt()}
+		}
+	}
+	return out
+}
+
+// checkAPIStatus compares GET /v1/deliveries/{id} of every delivery with a fresh fold of its
+// stream.
+func checkAPIStatus(ctx context.Context, v *verdict, api string, want map[string]folded) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	ids := sortedKeys(want)
+	work := make(chan string)
+	var mu sync.Mutex
+	var diffs []string
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				got, err := getStatus(ctx, client, api, id)
+				if err == nil && got == want[id] {
+					continue
+				}
+				mu.Lock()
+				if err != nil {
+					diffs = append(diffs, fmt.Sprintf("%s: %v", id, err))
+				} else {
+					diffs = append(diffs, fmt.Sprintf("%s: API %+v, fold %+v", id, got, want[id]))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+	if len(diffs) > 0 {
+		v.fail("the API's status differs from a fresh fold for %d deliveries (first: %s)", len(diffs), diffs[0])
+	}
+}
+
+func getStatus(ctx context.Context, client *http.Client, api, id string) (folded, error) {
+	var got folded
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/v1/deliveries/"+id, nil)
+		if err != nil {
+			return got, err
+		}
+		req.Header.Set("Authorization", "Bearer "+soakAPIKey)
+		resp, err := client.Do(req)
+		if err == nil {
+			err = func() error {
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("GET status: %s", resp.Status)
+				}
+				return json.NewDecoder(resp.Body).Decode(&got)
+			}()
+		}
+		if err == nil || try >= 3 || ctx.Err() != nil {
+			return got, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkStatusView waits until the projector's status view holds, for every delivery, what a
+// fresh fold of its stream says, then runs `ledger projections verify status`.
+func checkStatusView(ctx context.Context, v *verdict, pool *pgxpool.Pool, want map[string]folded, f features, ledger string, env []string, say func(string, ...any)) {
+	ids := sortedKeys(want)
+	deadline := time.Now().Add(viewCatchUp)
+	var diffs []string
+	for {
+		got, err := readStatusView(ctx, pool, ids)
+		if err != nil {
+			v.fail("read the status view: %v", err)
+			return
+		}
+		diffs = diffs[:0]
+		for _, id := range ids {
+			if row, ok := got[id]; !ok {
+				diffs = append(diffs, id+": no row")
+			} else if row != want[id] {
+				diffs = append(diffs, fmt.Sprintf("%s: view %+v, fold %+v", id, row, want[id]))
+			}
+		}
+		if len(diffs) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(diffs) > 0 {
+		v.fail("the status view differs from a fresh fold for %d deliveries after %s (first: %s)", len(diffs), viewCatchUp, diffs[0])
+	} else {
+		say("status view: %d rows equal a fresh fold of their streams", len(ids))
+	}
+	if !f.verify {
+		return
+	}
+	cmd := exec.CommandContext(ctx, ledger, "projections", "verify", "status")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if err != nil {
+		v.fail("ledger projections verify status: %v: %s", err, text)
+		return
+	}
+	say("ledger projections verify status: %s", lastLine(text))
+}
+
+func readStatusView(ctx context.Context, pool *pgxpool.Pool, ids []string) (map[string]folded, error) {
+	rows, err := pool.Query(ctx, `SELECT id::text, state, version, attempts FROM status_view WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]folded{}
+	for rows.Next() {
+		var id, state string
+		var f folded
+		if err := rows.Scan(&id, &state, &f.Version, &f.Attempts); err != nil {
+			return nil, err
+		}
+		f.State = domain.State(state)
+		out[id] = f
+	}
+	return out, rows.Err()
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
