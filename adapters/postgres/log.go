@@ -121,3 +121,18 @@ func OldestWaiting(ctx context.Context, pool *pgxpool.Pool) (map[string]time.Dur
 	}
 	return out, rows.Err()
 }
+
+// statusStale lists deliveries the status view says wait for a worker since before $1.
+const statusStale = `SELECT id::text FROM status_view
+WHERE (state IN ('accepted', 'queued') AND updated_at < $1) OR (state = 'retrying' AND next_attempt_at < $1)
+ORDER BY updated_at LIMIT $2`
+
+// StaleDeliveries returns up to limit deliveries that, by the status view, have waited for a
+// worker since before olderThan (candidates for a redrive; the caller checks the history).
+func StaleDeliveries(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, limit int) ([]string, error) {
+	rows, err := pool.Query(ctx, statusStale, olderThan, limit)
+	if err != nil {
+		return nil, fmt.Errorf("stale deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

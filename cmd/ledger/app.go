@@ -255,6 +255,9 @@ func (a *App) Run(ctx context.Context) error {
 	if a.roles["relay"] {
 		start("relay", a.runRelay)
 		start("queued recorder", a.queued.Run)
+		if a.cfg.RedriveAfter > 0 {
+			start("redrive", a.redriveLoop)
+		}
 		start("outbox prune", func(ctx context.Context) error {
 			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
 		})
@@ -433,6 +436,56 @@ func (a *App) readQueueDepths() error {
 		}
 	}
 	return nil
+}
+
+// redriveLoop resends the work of deliveries that wait with no progress for longer than
+// RedriveAfter (a broker can lose a message it moves out of a delay tier while it stops). It
+// needs the status view, so it runs where a projector keeps one; it checks each candidate against
+// its own history before resending, and resends one delivery at most once per RedriveAfter.
+func (a *App) redriveLoop(ctx context.Context) error {
+	redrive := commands.NewRedriveHandler(a.store, a.topology, commands.SystemClock{})
+	interval := max(a.cfg.RedriveAfter/4, 100*time.Millisecond)
+	last := map[string]time.Time{}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		now := time.Now()
+		for id, at := range last {
+			if now.Sub(at) > a.cfg.RedriveAfter {
+				delete(last, id)
+			}
+		}
+		ids, err := postgres.StaleDeliveries(ctx, a.pool, now.Add(-a.cfg.RedriveAfter), 500)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.logger.Warn("redrive: list stale deliveries", "err", err)
+			}
+			continue
+		}
+		sent := 0
+		for _, id := range ids {
+			if _, recent := last[id]; recent {
+				continue
+			}
+			ok, err := redrive.Handle(ctx, id, now.Add(-a.cfg.RedriveAfter))
+			if err != nil {
+				a.logger.Warn("redrive failed", "delivery", id, "err", err)
+				continue
+			}
+			if ok {
+				last[id] = now
+				sent++
+			}
+		}
+		if sent > 0 {
+			a.logger.Warn("redrove deliveries that waited with no progress", "count", sent, "after", a.cfg.RedriveAfter)
+		}
+	}
 }
 
 // watchWaiting keeps the age of the oldest waiting delivery per channel current, from the

@@ -26,6 +26,7 @@ const (
 	defaultRoles             = "api,relay,worker,projector"
 	defaultPriorityShares    = "high=60,normal=30,low=10"
 	defaultDatabaseMaxConns  = 32
+	defaultRedriveAfter      = 10 * time.Minute
 )
 
 // allRoles are the roles `serve` can run.
@@ -47,6 +48,7 @@ type Config struct {
 	RetryCap          time.Duration
 	MaxAttempts       int
 	RetryAfterMax     time.Duration
+	RedriveAfter      time.Duration
 	ShutdownTimeout   time.Duration
 	LogLevel          string
 	Roles             string
@@ -91,6 +93,7 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryCap, "retry-cap", domain.DefaultRetryCap, "largest retry delay")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", domain.DefaultMaxAttempts, "attempts per delivery (default and maximum of a request's max_attempts)")
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", domain.DefaultRetryAfterMax, "longest provider Retry-After honoured")
+	fs.DurationVar(&c.RedriveAfter, "redrive-after", defaultRedriveAfter, "resend the work message of a delivery that has waited this long past its due time with no progress (0: never)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long in-flight attempts may finish after SIGTERM")
 	fs.StringVar(&c.Roles, "roles", defaultRoles, "comma-separated roles to run: "+strings.Join(allRoles, ", "))
 	fs.StringVar(&c.PriorityShares, "priority-shares", defaultPriorityShares, "reserved share (percent) of worker slots per priority class; unused share is lent")

@@ -412,3 +412,36 @@ func TestGracefulShutdownFinishesInFlightAndRequeuesTheRest(t *testing.T) {
 		t.Fatalf("sink saw %d calls for 5 deliveries", got)
 	}
 }
+
+// TestLostBrokerMessageIsRedriven: the broker loses a queued delivery's message (RabbitMQ moves
+// messages out of delay tiers at most once; here the work queue is purged). The ledger still says
+// queued, so after LEDGER_REDRIVE_AFTER the relay sends the work again and it is delivered once.
+func TestLostBrokerMessageIsRedriven(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	cfg.Roles = "api,relay,projector"
+	cfg.RedriveAfter = 300 * time.Millisecond
+	b := startApp(t, schema, cfg)
+	id := b.accept(t, "lost-1", b.sink.URL+"/lost", domain.PriorityNormal)
+	b.waitState(t, id, domain.StateQueued, 10*time.Second)
+
+	conn := amqptest.Dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	purged, err := ch.QueuePurge(b.app.topology.Work("webhook", domain.PriorityNormal), false)
+	if err != nil || purged != 1 {
+		t.Fatalf("purged %d messages (%v), want the one", purged, err)
+	}
+	ch.Close()
+
+	wcfg := cfg
+	wcfg.Roles = "worker"
+	startApp(t, schema, wcfg)
+	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	if n := b.sink.count(id); n != 1 {
+		t.Fatalf("webhook called %d times, want 1", n)
+	}
+}
