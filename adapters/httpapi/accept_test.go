@@ -104,12 +104,6 @@ func TestAcceptNotificationIsAllOrNothing(t *testing.T) {
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox
-			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();
-		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox_1
-			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();
-		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox_2
-			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();
-		CREATE TRIGGER fail_second BEFORE INSERT ON watermill_ledger_outbox_3
 			FOR EACH ROW EXECUTE FUNCTION fail_second_outbox_row();`)
 	if err != nil {
 		t.Fatal(err)

@@ -170,15 +170,23 @@ func newBenchEnv(ctx context.Context, base Config, name, roles string, opts ...a
 	return env, nil
 }
 
-func (e *benchEnv) close(ctx context.Context, base Config) {
+// stop stops the env's ledger and removes its queues; its schema stays until drop, so dropping
+// a large schema does not load the machine while a later phase measures.
+func (e *benchEnv) stop(base Config) {
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
+		e.cancel = nil
 		if conn, err := amqp091.Dial(base.AMQPURL); err == nil {
 			_ = e.app.topology.Delete(conn)
 			conn.Close()
 		}
 	}
+}
+
+// drop stops the env if needed and drops its schema.
+func (e *benchEnv) drop(ctx context.Context, base Config) {
+	e.stop(base)
 	e.pool.Close()
 	if admin, err := pgx.Connect(ctx, base.DatabaseURL); err == nil {
 		_, _ = admin.Exec(ctx, "DROP SCHEMA "+e.schema+" CASCADE")
