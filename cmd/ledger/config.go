@@ -85,7 +85,7 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API listens on")
-	fs.StringVar(&c.APIKeys, "api-keys", "", "comma-separated tenant:key pairs; requests need `Authorization: Bearer <key>`")
+	fs.StringVar(&c.APIKeys, "api-keys", "", "comma-separated tenant:key pairs; requests need the header Authorization: Bearer KEY")
 	fs.StringVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", "", "CIDRs the webhook SSRF guard lets through (empty: public addresses only)")
 	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", defaultWebhookTimeout, "timeout of one webhook call")
 	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", defaultWorkerConcurrency, "messages in flight per channel worker")
