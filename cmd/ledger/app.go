@@ -101,8 +101,13 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 		return nil, err
 	}
 	if err := a.declareTopology(); err != nil {
-		a.pool.Close()
-		return nil, err
+		if roles["relay"] || roles["worker"] {
+			a.pool.Close()
+			return nil, err
+		}
+		// The API and the projector only write to PostgreSQL: accepting while the broker is
+		// down is exactly what the outbox is for. The relay declares the topology when it starts.
+		logger.Warn("broker unreachable; starting without it", "err", err)
 	}
 	a.store = postgres.NewEventStore(a.pool)
 	clock := commands.SystemClock{}

@@ -162,9 +162,10 @@ func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...appOpt
 		cancel()
 		t.Fatal(err)
 	}
-	// buildApp declared the topology; remove it when the test ends.
+	// buildApp declared the topology; remove it when the test ends (from the real test broker,
+	// also when the test pointed the app at an unreachable one).
 	t.Cleanup(func() {
-		conn, err := amqp091.Dial(cfg.AMQPURL)
+		conn, err := amqp091.Dial(amqptest.URL())
 		if err != nil {
 			t.Errorf("clean up: %v", err)
 			return
@@ -425,5 +426,24 @@ func TestDuplicateAMQPMessageCallsWebhookOnce(t *testing.T) {
 	}
 	if got := states(b.history(t, id)); strings.Join(got, ",") != "accepted,queued,processing,delivered" {
 		t.Fatalf("history %v", got)
+	}
+}
+
+// TestAPIAcceptsWhileTheBrokerIsDown: the api role needs only PostgreSQL; a 202 while RabbitMQ is
+// unreachable is safe because the work waits in the outbox.
+func TestAPIAcceptsWhileTheBrokerIsDown(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	cfg.Roles = "api"
+	cfg.AMQPURL = "amqp://guest:guest@127.0.0.1:1/" // nothing listens there
+	b := startApp(t, schema, cfg)
+	a := b.notify(t, "broker-down-1", b.sink.URL+"/hook")
+	var n int
+	if err := schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_outbox_all`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || len(a.Deliveries) != 1 {
+		t.Fatalf("%d outbox rows for %d deliveries, want 1 and 1", n, len(a.Deliveries))
 	}
 }
