@@ -496,3 +496,66 @@ func TestOutboxPruneKeepsUnpublishedRows(t *testing.T) {
 		t.Fatalf("an unknown consumer group pruned %d (%v)", n, err)
 	}
 }
+
+// TestAppendBatcherConformance: appends sharing transactions answer as they would alone.
+func TestAppendBatcherConformance(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	batcher := postgres.NewAppendBatcher(b.store, 2, 16)
+	t.Cleanup(batcher.Close)
+
+	// Many streams at once, each with one writer that wins and one duplicate of it.
+	const streams = 20
+	var wg sync.WaitGroup
+	errs := make([]error, 2*streams)
+	ids := make([]string, streams)
+	for i := range streams {
+		d, events := acceptedEvents(t)
+		ids[i] = d.ID()
+		if err := batcher.Append(ctx, events, nil); err != nil {
+			t.Fatal(err)
+		}
+		queued, err := d.Queue(time.Now().UTC())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[2*i+j] = batcher.Append(ctx, queued, []commands.OutboxMessage{{ID: uuid.NewString(), Topic: "t", PartitionKey: d.ID(), Payload: []byte(`{}`)}})
+			}()
+		}
+	}
+	wg.Wait()
+	for i := range streams {
+		a, c := errs[2*i], errs[2*i+1]
+		okA, okC := a == nil, c == nil
+		dupA, dupC := errors.Is(a, commands.ErrDuplicate), errors.Is(c, commands.ErrDuplicate)
+		if !(okA && dupC || dupA && okC) {
+			t.Fatalf("stream %d: answers %v and %v, want one success and one duplicate", i, a, c)
+		}
+		loaded, err := batcher.Load(ctx, ids[i])
+		if err != nil || len(loaded) != 2 {
+			t.Fatalf("stream %d: %d events (%v), want 2", i, len(loaded), err)
+		}
+	}
+	var outbox int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_outbox_all`).Scan(&outbox); err != nil {
+		t.Fatal(err)
+	}
+	if outbox != streams {
+		t.Fatalf("%d outbox rows, want %d: a refused append must leave no message", outbox, streams)
+	}
+	// A version taken by another event is a conflict, not a duplicate.
+	d, events := acceptedEvents(t)
+	if err := batcher.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := events[0]
+	other.Key = d.ID() + "/other"
+	if err := batcher.Append(ctx, []domain.Event{other}, nil); !errors.Is(err, commands.ErrVersionConflict) {
+		t.Fatalf("taken version: got %v, want ErrVersionConflict", err)
+	}
+}

@@ -48,6 +48,7 @@ type App struct {
 	metrics   *metrics.Metrics
 	scheduler *fairshare.Scheduler
 	batcher   *postgres.AcceptBatcher
+	appends   *postgres.AppendBatcher
 	projector *projections.Runner
 	opts      appOptions
 }
@@ -142,11 +143,13 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 			a.pool.Close()
 			return nil, err
 		}
+		// Concurrent workers' records share transactions (group commit), like accepts.
+		a.appends = postgres.NewAppendBatcher(a.store, 2, 64)
 		a.workers[channelWebhook] = worker.New(worker.Commands{
-			Start:   commands.NewStartAttemptHandler(a.store, clock),
-			Record:  commands.NewRecordOutcomeHandler(a.store, a.topology, clock, policies),
-			Defer:   commands.NewDeferAttemptHandler(a.store, a.topology, clock),
-			Reroute: commands.NewRerouteHandler(a.store, a.topology, clock),
+			Start:   commands.NewStartAttemptHandler(a.appends, clock),
+			Record:  commands.NewRecordOutcomeHandler(a.appends, a.topology, clock, policies),
+			Defer:   commands.NewDeferAttemptHandler(a.appends, a.topology, clock),
+			Reroute: commands.NewRerouteHandler(a.appends, a.topology, clock),
 		}, sender, limiter, a.metrics, clock, logger.With("role", "worker", "channel", channelWebhook))
 	}
 
@@ -313,6 +316,9 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Wait()
 	if a.batcher != nil {
 		a.batcher.Close()
+	}
+	if a.appends != nil {
+		a.appends.Close()
 	}
 	close(errs)
 	return errors.Join(drain(errs)...)
