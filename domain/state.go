@@ -131,6 +131,7 @@ type TransitionError struct {
 	Event EventType
 }
 
+// Error names the refused pair.
 func (e *TransitionError) Error() string {
 	from := string(e.From)
 	if from == "" {

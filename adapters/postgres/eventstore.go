@@ -23,8 +23,9 @@ type EventStore struct {
 }
 
 var (
-	_ commands.EventStore  = (*EventStore)(nil)
-	_ commands.AcceptStore = (*EventStore)(nil)
+	_ commands.EventStore      = (*EventStore)(nil)
+	_ commands.AcceptStore     = (*EventStore)(nil)
+	_ commands.BatchEventStore = (*EventStore)(nil)
 )
 
 // NewEventStore returns a store over pool.
