@@ -61,11 +61,25 @@ func NewOutboxSubscriber(ctx context.Context, pool *pgxpool.Pool, cfg OutboxSubs
 
 // notifyBackoff is a watermill-sql BackoffManager that, when a poll found nothing, waits for a
 // NOTIFY from an appending transaction (or maxWait) instead of a fixed poll interval.
+//
+// A notification can arrive before its row is readable: the gap-safe read sees only transactions
+// below the oldest one still running anywhere in the cluster, so a row committed while an older
+// transaction is open stays invisible until that one ends. After a wake-up whose poll found
+// nothing, it polls again a few times at short intervals rather than waiting for the next
+// notification, which may be far away.
 type notifyBackoff struct {
 	wake    <-chan struct{}
 	maxWait time.Duration
 	retry   time.Duration
+	// recheck counts the short polls left after a notification.
+	recheck int
 }
+
+// Recheck schedule after a notification whose row was not yet readable.
+const (
+	notifyRechecks      = 20
+	notifyRecheckPeriod = 2 * time.Millisecond
+)
 
 func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	if err != nil {
@@ -73,10 +87,16 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		return b.retry
 	}
 	if !noMsg {
+		b.recheck = notifyRechecks
 		return 0
+	}
+	if b.recheck > 0 {
+		b.recheck--
+		return notifyRecheckPeriod
 	}
 	select {
 	case <-b.wake:
+		b.recheck = notifyRechecks
 	case <-time.After(b.maxWait):
 	}
 	return 0

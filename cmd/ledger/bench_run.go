@@ -101,6 +101,12 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	}
 	apiEnv.stop(base)
 
+	// The accept phases wrote a lot of WAL: flush it now, so a checkpoint triggered by their
+	// volume does not land in the middle of the latency run (needs a superuser; best effort).
+	if _, err := apiEnv.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		benchLog(out, "checkpoint before the latency run failed (continuing): %v", err)
+	}
+
 	// 4. End to end at a fixed rate (first, on a quiet machine), latency from each request's scheduled send time.
 	var relayLag latencies
 	fixed, err := track(newBenchEnv(ctx, base, "rate", "api,relay,worker", withRelayObserver(relayLag.add)))
