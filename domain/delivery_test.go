@@ -1,4 +1,4 @@
-package domain_test
+package domain
 
 import (
 	"encoding/json"
@@ -6,21 +6,19 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/deliveryledger/ledger/domain"
 )
 
 var testNow = time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)
 
-func validSpec() domain.AcceptSpec {
-	return domain.AcceptSpec{
+func validSpec() AcceptSpec {
+	return AcceptSpec{
 		ID:             "d-1",
 		Tenant:         "acme",
 		NotificationID: "n-1",
 		Channel:        "webhook",
 		Recipient:      "https://example.com/hook",
 		Payload:        json.RawMessage(`{"hello":"world"}`),
-		Priority:       domain.PriorityNormal,
+		Priority:       PriorityNormal,
 		MaxAttempts:    3,
 		RequestKey:     "req-1",
 	}
@@ -28,15 +26,15 @@ func validSpec() domain.AcceptSpec {
 
 // stream is a delivery under test with the events it produced so far, oldest first.
 type stream struct {
-	d      *domain.Delivery
-	events []domain.Event
+	d      *Delivery
+	events []Event
 }
 
 // add returns a function that takes a method's result, fails the test on an error, and keeps the
 // one event the method produced: s.add(t)(s.d.Queue(now)).
-func (s *stream) add(t *testing.T) func([]domain.Event, error) []domain.Event {
+func (s *stream) add(t *testing.T) func([]Event, error) []Event {
 	t.Helper()
-	return func(events []domain.Event, err error) []domain.Event {
+	return func(events []Event, err error) []Event {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("unexpected error: %v", err)
@@ -50,16 +48,16 @@ func (s *stream) add(t *testing.T) func([]domain.Event, error) []domain.Event {
 }
 
 // accept opens a delivery from spec.
-func accept(t *testing.T, spec domain.AcceptSpec) *stream {
+func accept(t *testing.T, spec AcceptSpec) *stream {
 	t.Helper()
-	d, events, err := domain.Accept(spec, testNow)
+	d, events, err := Accept(spec, testNow)
 	s := &stream{d: d}
 	s.add(t)(events, err)
 	return s
 }
 
 // processing drives a fresh delivery to processing of its first attempt.
-func processing(t *testing.T, spec domain.AcceptSpec) *stream {
+func processing(t *testing.T, spec AcceptSpec) *stream {
 	t.Helper()
 	s := accept(t, spec)
 	s.add(t)(s.d.Queue(testNow))
@@ -69,11 +67,11 @@ func processing(t *testing.T, spec domain.AcceptSpec) *stream {
 
 // retryOnce drives a processing delivery through a transient failure to processing of its next
 // attempt.
-func (s *stream) retryOnce(t *testing.T, policy domain.RetryPolicy) {
+func (s *stream) retryOnce(t *testing.T, policy RetryPolicy) {
 	t.Helper()
 	attempt := s.d.Attempt()
-	s.add(t)(s.d.RecordOutcome(attempt, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0))
-	if s.d.State() != domain.StateRetrying {
+	s.add(t)(s.d.RecordOutcome(attempt, Outcome{Kind: OutcomeTransient}, policy, testNow, 0))
+	if s.d.State() != StateRetrying {
 		t.Fatalf("after a transient failure of attempt %d: state %q, want retrying", attempt, s.d.State())
 	}
 	s.add(t)(s.d.Queue(testNow))
@@ -85,27 +83,27 @@ func TestAcceptRejectsEachBadField(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		mutate  func(*domain.AcceptSpec)
+		mutate  func(*AcceptSpec)
 		mention string
 	}{
-		{"empty id", func(s *domain.AcceptSpec) { s.ID = "" }, "id is empty"},
-		{"empty tenant", func(s *domain.AcceptSpec) { s.Tenant = "" }, "tenant"},
-		{"empty channel", func(s *domain.AcceptSpec) { s.Channel = "" }, "channel"},
-		{"empty recipient", func(s *domain.AcceptSpec) { s.Recipient = "" }, "recipient"},
-		{"empty priority", func(s *domain.AcceptSpec) { s.Priority = "" }, "priority"},
-		{"unknown priority", func(s *domain.AcceptSpec) { s.Priority = "urgent" }, "priority"},
-		{"zero max attempts", func(s *domain.AcceptSpec) { s.MaxAttempts = 0 }, "max attempts"},
-		{"negative max attempts", func(s *domain.AcceptSpec) { s.MaxAttempts = -1 }, "max attempts"},
-		{"missing payload", func(s *domain.AcceptSpec) { s.Payload = nil }, "payload"},
-		{"payload not JSON", func(s *domain.AcceptSpec) { s.Payload = json.RawMessage(`{"a":`) }, "payload"},
+		{"empty id", func(s *AcceptSpec) { s.ID = "" }, "id is empty"},
+		{"empty tenant", func(s *AcceptSpec) { s.Tenant = "" }, "tenant"},
+		{"empty channel", func(s *AcceptSpec) { s.Channel = "" }, "channel"},
+		{"empty recipient", func(s *AcceptSpec) { s.Recipient = "" }, "recipient"},
+		{"empty priority", func(s *AcceptSpec) { s.Priority = "" }, "priority"},
+		{"unknown priority", func(s *AcceptSpec) { s.Priority = "urgent" }, "priority"},
+		{"zero max attempts", func(s *AcceptSpec) { s.MaxAttempts = 0 }, "max attempts"},
+		{"negative max attempts", func(s *AcceptSpec) { s.MaxAttempts = -1 }, "max attempts"},
+		{"missing payload", func(s *AcceptSpec) { s.Payload = nil }, "payload"},
+		{"payload not JSON", func(s *AcceptSpec) { s.Payload = json.RawMessage(`{"a":`) }, "payload"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			spec := validSpec()
 			tt.mutate(&spec)
-			d, events, err := domain.Accept(spec, testNow)
-			if !errors.Is(err, domain.ErrInvalidDelivery) {
+			d, events, err := Accept(spec, testNow)
+			if !errors.Is(err, ErrInvalidDelivery) {
 				t.Fatalf("Accept: err = %v, want ErrInvalidDelivery", err)
 			}
 			if !strings.Contains(err.Error(), tt.mention) {
@@ -121,8 +119,8 @@ func TestAcceptRejectsEachBadField(t *testing.T) {
 func TestAcceptJoinsAllProblems(t *testing.T) {
 	t.Parallel()
 
-	_, _, err := domain.Accept(domain.AcceptSpec{}, testNow)
-	if !errors.Is(err, domain.ErrInvalidDelivery) {
+	_, _, err := Accept(AcceptSpec{}, testNow)
+	if !errors.Is(err, ErrInvalidDelivery) {
 		t.Fatalf("Accept(empty spec): err = %v, want ErrInvalidDelivery", err)
 	}
 	for _, mention := range []string{"id", "tenant", "channel", "recipient", "priority", "max attempts", "payload"} {
@@ -142,7 +140,7 @@ func TestAcceptJoinsAllProblems(t *testing.T) {
 		case interface{ Unwrap() error }:
 			walk(u.Unwrap())
 		default:
-			if err != domain.ErrInvalidDelivery {
+			if err != ErrInvalidDelivery {
 				problems++
 			}
 		}
@@ -156,10 +154,10 @@ func TestAcceptJoinsAllProblems(t *testing.T) {
 func TestAcceptAcceptsEveryPriority(t *testing.T) {
 	t.Parallel()
 
-	for _, p := range []domain.Priority{domain.PriorityHigh, domain.PriorityNormal, domain.PriorityLow} {
+	for _, p := range []Priority{PriorityHigh, PriorityNormal, PriorityLow} {
 		spec := validSpec()
 		spec.Priority = p
-		if _, _, err := domain.Accept(spec, testNow); err != nil {
+		if _, _, err := Accept(spec, testNow); err != nil {
 			t.Errorf("Accept with priority %q: %v", p, err)
 		}
 	}
@@ -170,29 +168,29 @@ func TestHappyPath(t *testing.T) {
 
 	spec := validSpec()
 	s := accept(t, spec)
-	if s.d.State() != domain.StateAccepted || s.d.Version() != 1 || s.d.Attempt() != 0 {
+	if s.d.State() != StateAccepted || s.d.Version() != 1 || s.d.Attempt() != 0 {
 		t.Fatalf("after Accept: state %q version %d attempt %d, want accepted 1 0",
 			s.d.State(), s.d.Version(), s.d.Attempt())
 	}
 	s.add(t)(s.d.Queue(testNow.Add(time.Second)))
 	s.add(t)(s.d.StartAttempt("webhook-http", testNow.Add(2*time.Second)))
-	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{
-		Kind:                domain.OutcomeDelivered,
-		Class:               domain.ClassTransient, // must be cleared on success
+	s.add(t)(s.d.RecordOutcome(1, Outcome{
+		Kind:                OutcomeDelivered,
+		Class:               ClassTransient,
 		Provider:            "webhook-http",
 		StatusCode:          200,
 		Latency:             1500 * time.Microsecond,
 		ProviderOperationID: "op-42",
-	}, domain.DefaultRetryPolicy(), testNow.Add(3*time.Second), 0.5))
+	}, DefaultRetryPolicy(), testNow.Add(3*time.Second), 0.5))
 
 	want := []struct {
-		typ domain.EventType
+		typ EventType
 		key string
 	}{
-		{domain.EventAccepted, domain.KeyAccepted(spec.ID)},
-		{domain.EventQueued, domain.KeyQueued(spec.ID, 1)},
-		{domain.EventAttemptStarted, domain.KeyAttemptStarted(spec.ID, 1)},
-		{domain.EventDelivered, domain.KeyAttemptOutcome(spec.ID, 1)},
+		{EventAccepted, KeyAccepted(spec.ID)},
+		{EventQueued, KeyQueued(spec.ID, 1)},
+		{EventAttemptStarted, KeyAttemptStarted(spec.ID, 1)},
+		{EventDelivered, KeyAttemptOutcome(spec.ID, 1)},
 	}
 	if len(s.events) != len(want) {
 		t.Fatalf("%d events, want %d", len(s.events), len(want))
@@ -224,7 +222,7 @@ func TestHappyPath(t *testing.T) {
 	}
 
 	d := s.d
-	if d.State() != domain.StateDelivered || d.Version() != 4 || d.Attempt() != 1 {
+	if d.State() != StateDelivered || d.Version() != 4 || d.Attempt() != 1 {
 		t.Errorf("after delivery: state %q version %d attempt %d, want delivered 4 1", d.State(), d.Version(), d.Attempt())
 	}
 	res := d.LastResult()
@@ -244,7 +242,7 @@ func TestHappyPath(t *testing.T) {
 		t.Errorf("AcceptedAt %v UpdatedAt %v", d.AcceptedAt(), d.UpdatedAt())
 	}
 
-	r, err := domain.Rehydrate(s.events)
+	r, err := Rehydrate(s.events)
 	if err != nil {
 		t.Fatalf("Rehydrate: %v", err)
 	}
@@ -252,7 +250,7 @@ func TestHappyPath(t *testing.T) {
 }
 
 // assertSameDelivery compares what a rehydrated delivery exposes with the live one.
-func assertSameDelivery(t *testing.T, got, want *domain.Delivery) {
+func assertSameDelivery(t *testing.T, got, want *Delivery) {
 	t.Helper()
 	if got.State() != want.State() || got.Version() != want.Version() || got.Attempt() != want.Attempt() ||
 		got.AttemptsInCycle() != want.AttemptsInCycle() {
@@ -282,15 +280,15 @@ func assertSameDelivery(t *testing.T, got, want *domain.Delivery) {
 func TestTransientWithAttemptsLeftRetries(t *testing.T) {
 	t.Parallel()
 
-	policy := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
 	s := processing(t, validSpec())
-	events := s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient, StatusCode: 503},
+	events := s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient, StatusCode: 503},
 		policy, testNow, 0.5))
 
-	if events[0].Type != domain.EventRetryScheduled {
-		t.Fatalf("event type %s, want %s", events[0].Type, domain.EventRetryScheduled)
+	if events[0].Type != EventRetryScheduled {
+		t.Fatalf("event type %s, want %s", events[0].Type, EventRetryScheduled)
 	}
-	if s.d.State() != domain.StateRetrying {
+	if s.d.State() != StateRetrying {
 		t.Fatalf("state %q, want retrying", s.d.State())
 	}
 	next := s.d.NextAttemptAt()
@@ -304,10 +302,10 @@ func TestTransientWithAttemptsLeftRetries(t *testing.T) {
 		t.Errorf("NextAttemptAt %v, want %v (half of the first ceiling)", next, want)
 	}
 	res := s.d.LastResult()
-	if res == nil || res.Class != domain.ClassTransient || res.Exhausted || res.NextAttemptAt == nil {
+	if res == nil || res.Class != ClassTransient || res.Exhausted || res.NextAttemptAt == nil {
 		t.Errorf("LastResult() = %+v, want class transient, not exhausted, next attempt set", res)
 	}
-	var data domain.AttemptResult
+	var data AttemptResult
 	if err := json.Unmarshal(events[0].Data, &data); err != nil {
 		t.Fatalf("decode event data: %v", err)
 	}
@@ -315,7 +313,7 @@ func TestTransientWithAttemptsLeftRetries(t *testing.T) {
 		t.Errorf("event data %+v does not carry the schedule", data)
 	}
 
-	r, err := domain.Rehydrate(s.events)
+	r, err := Rehydrate(s.events)
 	if err != nil {
 		t.Fatalf("Rehydrate: %v", err)
 	}
@@ -325,7 +323,7 @@ func TestTransientWithAttemptsLeftRetries(t *testing.T) {
 func TestRetryAfterLongerThanJitteredDelayWins(t *testing.T) {
 	t.Parallel()
 
-	policy := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
 	tests := []struct {
 		name       string
 		retryAfter time.Duration
@@ -338,7 +336,7 @@ func TestRetryAfterLongerThanJitteredDelayWins(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := processing(t, validSpec())
-			s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient, StatusCode: 429, RetryAfter: tt.retryAfter},
+			s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient, StatusCode: 429, RetryAfter: tt.retryAfter},
 				policy, testNow, 0.5))
 			next := s.d.NextAttemptAt()
 			if next == nil || !next.Equal(testNow.Add(tt.want)) {
@@ -351,7 +349,7 @@ func TestRetryAfterLongerThanJitteredDelayWins(t *testing.T) {
 func TestTransientAtLastAttemptIsExhausted(t *testing.T) {
 	t.Parallel()
 
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
 	spec := validSpec()
 	spec.MaxAttempts = 3
 	s := processing(t, spec)
@@ -360,20 +358,20 @@ func TestTransientAtLastAttemptIsExhausted(t *testing.T) {
 	if s.d.Attempt() != 3 || s.d.AttemptsInCycle() != 3 {
 		t.Fatalf("attempt %d in-cycle %d, want 3 3", s.d.Attempt(), s.d.AttemptsInCycle())
 	}
-	events := s.add(t)(s.d.RecordOutcome(3, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0.5))
-	if events[0].Type != domain.EventDeadLettered || events[0].Key != domain.KeyAttemptOutcome(spec.ID, 3) {
+	events := s.add(t)(s.d.RecordOutcome(3, Outcome{Kind: OutcomeTransient}, policy, testNow, 0.5))
+	if events[0].Type != EventDeadLettered || events[0].Key != KeyAttemptOutcome(spec.ID, 3) {
 		t.Errorf("event (%s, %q), want (%s, %q)", events[0].Type, events[0].Key,
-			domain.EventDeadLettered, domain.KeyAttemptOutcome(spec.ID, 3))
+			EventDeadLettered, KeyAttemptOutcome(spec.ID, 3))
 	}
-	if s.d.State() != domain.StateDead {
+	if s.d.State() != StateDead {
 		t.Errorf("state %q, want dead", s.d.State())
 	}
 	res := s.d.LastResult()
-	if res == nil || !res.Exhausted || res.Class != domain.ClassTransient || res.NextAttemptAt != nil {
+	if res == nil || !res.Exhausted || res.Class != ClassTransient || res.NextAttemptAt != nil {
 		t.Errorf("LastResult() = %+v, want exhausted transient without a next attempt", res)
 	}
 
-	r, err := domain.Rehydrate(s.events)
+	r, err := Rehydrate(s.events)
 	if err != nil {
 		t.Fatalf("Rehydrate: %v", err)
 	}
@@ -389,8 +387,8 @@ func TestSingleAttemptTransientIsExhausted(t *testing.T) {
 	spec := validSpec()
 	spec.MaxAttempts = 1
 	s := processing(t, spec)
-	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient}, domain.DefaultRetryPolicy(), testNow, 0))
-	if s.d.State() != domain.StateDead || s.d.LastResult() == nil || !s.d.LastResult().Exhausted {
+	s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient}, DefaultRetryPolicy(), testNow, 0))
+	if s.d.State() != StateDead || s.d.LastResult() == nil || !s.d.LastResult().Exhausted {
 		t.Errorf("state %q result %+v, want dead and exhausted", s.d.State(), s.d.LastResult())
 	}
 }
@@ -400,23 +398,23 @@ func TestOutcomeKinds(t *testing.T) {
 
 	tests := []struct {
 		name      string
-		outcome   domain.Outcome
-		wantType  domain.EventType
-		wantState domain.State
-		wantClass domain.ErrorClass
+		outcome   Outcome
+		wantType  EventType
+		wantState State
+		wantClass ErrorClass
 	}{
-		{"permanent", domain.Outcome{Kind: domain.OutcomePermanent, StatusCode: 404},
-			domain.EventDeadLettered, domain.StateDead, domain.ClassPermanent},
-		{"permanent panic keeps its class", domain.Outcome{Kind: domain.OutcomePermanent, Class: domain.ClassPanic},
-			domain.EventDeadLettered, domain.StateDead, domain.ClassPanic},
-		{"unknown", domain.Outcome{Kind: domain.OutcomeUnknown, Err: "read timeout after write"},
-			domain.EventOutcomeUnknown, domain.StateUnknown, domain.ClassUnknown},
+		{"permanent", Outcome{Kind: OutcomePermanent, StatusCode: 404},
+			EventDeadLettered, StateDead, ClassPermanent},
+		{"permanent panic keeps its class", Outcome{Kind: OutcomePermanent, Class: ClassPanic},
+			EventDeadLettered, StateDead, ClassPanic},
+		{"unknown", Outcome{Kind: OutcomeUnknown, Err: "read timeout after write"},
+			EventOutcomeUnknown, StateUnknown, ClassUnknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := processing(t, validSpec())
-			events := s.add(t)(s.d.RecordOutcome(1, tt.outcome, domain.DefaultRetryPolicy(), testNow, 0.5))
+			events := s.add(t)(s.d.RecordOutcome(1, tt.outcome, DefaultRetryPolicy(), testNow, 0.5))
 			if events[0].Type != tt.wantType {
 				t.Errorf("event type %s, want %s", events[0].Type, tt.wantType)
 			}
@@ -430,7 +428,7 @@ func TestOutcomeKinds(t *testing.T) {
 			if s.d.NextAttemptAt() != nil {
 				t.Errorf("NextAttemptAt() = %v, want nil", s.d.NextAttemptAt())
 			}
-			r, err := domain.Rehydrate(s.events)
+			r, err := Rehydrate(s.events)
 			if err != nil {
 				t.Fatalf("Rehydrate: %v", err)
 			}
@@ -443,11 +441,11 @@ func TestRecordOutcomeUnknownKindIsRefused(t *testing.T) {
 	t.Parallel()
 
 	s := processing(t, validSpec())
-	events, err := s.d.RecordOutcome(1, domain.Outcome{Kind: "maybe"}, domain.DefaultRetryPolicy(), testNow, 0)
+	events, err := s.d.RecordOutcome(1, Outcome{Kind: "maybe"}, DefaultRetryPolicy(), testNow, 0)
 	if err == nil || events != nil {
 		t.Fatalf("RecordOutcome with an unknown kind = (%v, %v), want an error", events, err)
 	}
-	if s.d.State() != domain.StateProcessing || s.d.Version() != 3 {
+	if s.d.State() != StateProcessing || s.d.Version() != 3 {
 		t.Errorf("refused outcome changed the delivery: state %q version %d", s.d.State(), s.d.Version())
 	}
 }
@@ -455,28 +453,28 @@ func TestRecordOutcomeUnknownKindIsRefused(t *testing.T) {
 func TestRecordOutcomeForWrongAttemptIsStale(t *testing.T) {
 	t.Parallel()
 
-	policy := domain.DefaultRetryPolicy()
-	delivered := domain.Outcome{Kind: domain.OutcomeDelivered}
+	policy := DefaultRetryPolicy()
+	delivered := Outcome{Kind: OutcomeDelivered}
 
 	t.Run("other attempt number", func(t *testing.T) {
 		t.Parallel()
 		s := processing(t, validSpec())
 		for _, attempt := range []int{0, 2} {
 			events, err := s.d.RecordOutcome(attempt, delivered, policy, testNow, 0)
-			if !errors.Is(err, domain.ErrStaleAttempt) || events != nil {
+			if !errors.Is(err, ErrStaleAttempt) || events != nil {
 				t.Errorf("RecordOutcome(attempt %d) = (%v, %v), want ErrStaleAttempt", attempt, events, err)
 			}
 		}
-		if s.d.State() != domain.StateProcessing || s.d.Version() != 3 {
+		if s.d.State() != StateProcessing || s.d.Version() != 3 {
 			t.Errorf("stale outcome changed the delivery: state %q version %d", s.d.State(), s.d.Version())
 		}
 	})
 	t.Run("attempt already closed", func(t *testing.T) {
 		t.Parallel()
 		s := processing(t, validSpec())
-		s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0))
+		s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient}, policy, testNow, 0))
 		_, err := s.d.RecordOutcome(1, delivered, policy, testNow, 0)
-		if !errors.Is(err, domain.ErrStaleAttempt) {
+		if !errors.Is(err, ErrStaleAttempt) {
 			t.Errorf("second outcome of attempt 1: err = %v, want ErrStaleAttempt", err)
 		}
 	})
@@ -485,7 +483,7 @@ func TestRecordOutcomeForWrongAttemptIsStale(t *testing.T) {
 		s := accept(t, validSpec())
 		s.add(t)(s.d.Queue(testNow))
 		_, err := s.d.RecordOutcome(1, delivered, policy, testNow, 0)
-		if !errors.Is(err, domain.ErrStaleAttempt) {
+		if !errors.Is(err, ErrStaleAttempt) {
 			t.Errorf("outcome of a queued attempt: err = %v, want ErrStaleAttempt", err)
 		}
 	})
@@ -494,19 +492,19 @@ func TestRecordOutcomeForWrongAttemptIsStale(t *testing.T) {
 func TestQueueFromRetryingIsNextAttempt(t *testing.T) {
 	t.Parallel()
 
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
 	spec := validSpec()
 	s := processing(t, spec)
-	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient}, policy, testNow, 0.3))
+	s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient}, policy, testNow, 0.3))
 	events := s.add(t)(s.d.Queue(testNow))
-	if s.d.State() != domain.StateQueued || s.d.Attempt() != 2 || s.d.AttemptsInCycle() != 2 {
+	if s.d.State() != StateQueued || s.d.Attempt() != 2 || s.d.AttemptsInCycle() != 2 {
 		t.Fatalf("after requeue: state %q attempt %d in-cycle %d, want queued 2 2",
 			s.d.State(), s.d.Attempt(), s.d.AttemptsInCycle())
 	}
-	if events[0].Key != domain.KeyQueued(spec.ID, 2) {
-		t.Errorf("queued key %q, want %q", events[0].Key, domain.KeyQueued(spec.ID, 2))
+	if events[0].Key != KeyQueued(spec.ID, 2) {
+		t.Errorf("queued key %q, want %q", events[0].Key, KeyQueued(spec.ID, 2))
 	}
-	var q domain.Queued
+	var q Queued
 	if err := json.Unmarshal(events[0].Data, &q); err != nil || q.Attempt != 2 {
 		t.Errorf("queued data %s (%v), want attempt 2", events[0].Data, err)
 	}
@@ -514,10 +512,10 @@ func TestQueueFromRetryingIsNextAttempt(t *testing.T) {
 		t.Errorf("NextAttemptAt() = %v after requeue, want nil", s.d.NextAttemptAt())
 	}
 	events = s.add(t)(s.d.StartAttempt("webhook-http", testNow))
-	if events[0].Key != domain.KeyAttemptStarted(spec.ID, 2) {
-		t.Errorf("started key %q, want %q", events[0].Key, domain.KeyAttemptStarted(spec.ID, 2))
+	if events[0].Key != KeyAttemptStarted(spec.ID, 2) {
+		t.Errorf("started key %q, want %q", events[0].Key, KeyAttemptStarted(spec.ID, 2))
 	}
-	r, err := domain.Rehydrate(s.events)
+	r, err := Rehydrate(s.events)
 	if err != nil {
 		t.Fatalf("Rehydrate: %v", err)
 	}
@@ -529,15 +527,15 @@ func TestMethodsRefuseIllegalTransitions(t *testing.T) {
 
 	s := accept(t, validSpec())
 	_, err := s.d.StartAttempt("webhook-http", testNow)
-	var terr *domain.TransitionError
-	if !errors.As(err, &terr) || terr.From != domain.StateAccepted || terr.Event != domain.EventAttemptStarted {
+	var terr *TransitionError
+	if !errors.As(err, &terr) || terr.From != StateAccepted || terr.Event != EventAttemptStarted {
 		t.Errorf("StartAttempt from accepted: err = %v, want TransitionError(accepted, attempt_started)", err)
 	}
 	s.add(t)(s.d.Queue(testNow))
 	if _, err := s.d.Queue(testNow); !errors.As(err, &terr) {
 		t.Errorf("Queue from queued: err = %v, want a TransitionError", err)
 	}
-	if s.d.State() != domain.StateQueued || s.d.Version() != 2 || s.d.Attempt() != 1 {
+	if s.d.State() != StateQueued || s.d.Version() != 2 || s.d.Attempt() != 1 {
 		t.Errorf("refused commands changed the delivery: state %q version %d attempt %d",
 			s.d.State(), s.d.Version(), s.d.Attempt())
 	}
@@ -547,15 +545,15 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 	t.Parallel()
 
 	s := processing(t, validSpec())
-	s.add(t)(s.d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeDelivered}, domain.DefaultRetryPolicy(), testNow, 0))
+	s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeDelivered}, DefaultRetryPolicy(), testNow, 0))
 	good := s.events
 
-	clone := func() []domain.Event { return append([]domain.Event(nil), good...) }
+	clone := func() []Event { return append([]Event(nil), good...) }
 
 	t.Run("empty stream", func(t *testing.T) {
 		t.Parallel()
-		for _, events := range [][]domain.Event{nil, {}} {
-			if d, err := domain.Rehydrate(events); err == nil || d != nil {
+		for _, events := range [][]Event{nil, {}} {
+			if d, err := Rehydrate(events); err == nil || d != nil {
 				t.Errorf("Rehydrate(%v) = (%v, %v), want an error", events, d, err)
 			}
 		}
@@ -564,11 +562,11 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 		t.Parallel()
 		events := clone()
 		events[3].Version = 5 // versions 1, 2, 3, 5; the types alone would be a legal stream
-		d, err := domain.Rehydrate(events)
+		d, err := Rehydrate(events)
 		if err == nil || d != nil {
 			t.Fatalf("Rehydrate with a gap = (%v, %v), want an error", d, err)
 		}
-		var terr *domain.TransitionError
+		var terr *TransitionError
 		if errors.As(err, &terr) {
 			t.Errorf("Rehydrate with a gap failed on the transition, not the version: %v", err)
 		}
@@ -577,7 +575,7 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 		t.Parallel()
 		events := clone()
 		events[2].Version = 2
-		if _, err := domain.Rehydrate(events); err == nil {
+		if _, err := Rehydrate(events); err == nil {
 			t.Errorf("Rehydrate with a repeated version succeeded")
 		}
 	})
@@ -587,21 +585,21 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 		for i := range events {
 			events[i].Version++
 		}
-		if _, err := domain.Rehydrate(events); err == nil {
+		if _, err := Rehydrate(events); err == nil {
 			t.Errorf("Rehydrate of a stream starting at version 2 succeeded")
 		}
 	})
 	t.Run("illegal transition", func(t *testing.T) {
 		t.Parallel()
 		events := clone()
-		events[1].Type = domain.EventDelivered // accepted → delivered skips the attempt
-		d, err := domain.Rehydrate(events)
-		var terr *domain.TransitionError
+		events[1].Type = EventDelivered // accepted → delivered skips the attempt
+		d, err := Rehydrate(events)
+		var terr *TransitionError
 		if !errors.As(err, &terr) || d != nil {
 			t.Fatalf("Rehydrate(accepted, delivered, ...) = (%v, %v), want a TransitionError", d, err)
 		}
-		if terr.From != domain.StateAccepted || terr.Event != domain.EventDelivered {
-			t.Errorf("TransitionError names (%q, %s), want (accepted, %s)", terr.From, terr.Event, domain.EventDelivered)
+		if terr.From != StateAccepted || terr.Event != EventDelivered {
+			t.Errorf("TransitionError names (%q, %s), want (accepted, %s)", terr.From, terr.Event, EventDelivered)
 		}
 	})
 	t.Run("stream not opened by accepted", func(t *testing.T) {
@@ -610,8 +608,8 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 		for i := range events {
 			events[i].Version = i + 1
 		}
-		var terr *domain.TransitionError
-		if _, err := domain.Rehydrate(events); !errors.As(err, &terr) || terr.From != domain.StateNone {
+		var terr *TransitionError
+		if _, err := Rehydrate(events); !errors.As(err, &terr) || terr.From != StateNone {
 			t.Errorf("Rehydrate of a stream without accepted: err = %v, want TransitionError from none", err)
 		}
 	})
@@ -619,7 +617,7 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 		t.Parallel()
 		events := clone()
 		events[1].Data = json.RawMessage(`{"attempt":"one"}`)
-		if _, err := domain.Rehydrate(events); err == nil {
+		if _, err := Rehydrate(events); err == nil {
 			t.Errorf("Rehydrate with undecodable data succeeded")
 		}
 	})
@@ -628,13 +626,13 @@ func TestRehydrateRefusesBrokenStreams(t *testing.T) {
 func TestDecodeDataKnowsEveryEventType(t *testing.T) {
 	t.Parallel()
 
-	for _, typ := range domain.EventTypes {
-		v, err := domain.DecodeData(domain.Event{Type: typ, Data: json.RawMessage(`{"attempt":1}`)})
+	for _, typ := range EventTypes {
+		v, err := DecodeData(Event{Type: typ, Data: json.RawMessage(`{"attempt":1}`)})
 		if err != nil || v == nil {
 			t.Errorf("DecodeData(%s) = (%v, %v)", typ, v, err)
 		}
 	}
-	if _, err := domain.DecodeData(domain.Event{Type: "delivery.renamed", Data: json.RawMessage(`{}`)}); err == nil {
+	if _, err := DecodeData(Event{Type: "delivery.renamed", Data: json.RawMessage(`{}`)}); err == nil {
 		t.Errorf("DecodeData of an unknown type succeeded")
 	}
 }
@@ -645,10 +643,10 @@ func TestKeys(t *testing.T) {
 	t.Parallel()
 
 	tests := []struct{ got, want string }{
-		{domain.KeyAccepted("d-1"), "d-1/accepted"},
-		{domain.KeyQueued("d-1", 2), "d-1/queued/2"},
-		{domain.KeyAttemptStarted("d-1", 3), "d-1/attempt/3/started"},
-		{domain.KeyAttemptOutcome("d-1", 4), "d-1/attempt/4/outcome"},
+		{KeyAccepted("d-1"), "d-1/accepted"},
+		{KeyQueued("d-1", 2), "d-1/queued/2"},
+		{KeyAttemptStarted("d-1", 3), "d-1/attempt/3/started"},
+		{KeyAttemptOutcome("d-1", 4), "d-1/attempt/4/outcome"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -657,10 +655,10 @@ func TestKeys(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, id := range []string{"d-1", "d-2"} {
-		keys := []string{domain.KeyAccepted(id)}
+		keys := []string{KeyAccepted(id)}
 		for attempt := 1; attempt <= 3; attempt++ {
-			keys = append(keys, domain.KeyQueued(id, attempt), domain.KeyAttemptStarted(id, attempt),
-				domain.KeyAttemptOutcome(id, attempt))
+			keys = append(keys, KeyQueued(id, attempt), KeyAttemptStarted(id, attempt),
+				KeyAttemptOutcome(id, attempt))
 		}
 		for _, k := range keys {
 			if seen[k] {
@@ -674,8 +672,8 @@ func TestKeys(t *testing.T) {
 func TestDeferKeepsAttemptAndCountsDeferrals(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	d, _, err := domain.Accept(domain.AcceptSpec{ID: "d1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
-		Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 2}, now)
+	d, _, err := Accept(AcceptSpec{ID: "d1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
+		Payload: json.RawMessage(`{}`), Priority: PriorityNormal, MaxAttempts: 2}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -696,7 +694,7 @@ func TestDeferKeepsAttemptAndCountsDeferrals(t *testing.T) {
 	if first[0].Key != "d1/queued/1/deferred/1" || second[0].Key != "d1/queued/1/deferred/2" {
 		t.Fatalf("keys %s %s", first[0].Key, second[0].Key)
 	}
-	if d.State() != domain.StateQueued || d.Attempt() != 1 || d.AttemptsInCycle() != 1 {
+	if d.State() != StateQueued || d.Attempt() != 1 || d.AttemptsInCycle() != 1 {
 		t.Fatalf("after deferrals: %s attempt %d", d.State(), d.Attempt())
 	}
 	if due := d.NextAttemptAt(); due == nil || !due.Equal(now.Add(2*time.Second)) {
@@ -711,18 +709,18 @@ func TestDeferKeepsAttemptAndCountsDeferrals(t *testing.T) {
 func TestReconcileResolvesOnlyUnknown(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 2}
-	unknownAt := func(t *testing.T, maxAttempts int) *domain.Delivery {
-		d, _, err := domain.Accept(domain.AcceptSpec{ID: "r1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
-			Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: maxAttempts}, now)
+	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 2}
+	unknownAt := func(t *testing.T, maxAttempts int) *Delivery {
+		d, _, err := Accept(AcceptSpec{ID: "r1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
+			Payload: json.RawMessage(`{}`), Priority: PriorityNormal, MaxAttempts: maxAttempts}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, step := range []func() ([]domain.Event, error){
-			func() ([]domain.Event, error) { return d.Queue(now) },
-			func() ([]domain.Event, error) { return d.StartAttempt("webhook", now) },
-			func() ([]domain.Event, error) {
-				return d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeUnknown}, policy, now, 0)
+		for _, step := range []func() ([]Event, error){
+			func() ([]Event, error) { return d.Queue(now) },
+			func() ([]Event, error) { return d.StartAttempt("webhook", now) },
+			func() ([]Event, error) {
+				return d.RecordOutcome(1, Outcome{Kind: OutcomeUnknown}, policy, now, 0)
 			},
 		} {
 			if _, err := step(); err != nil {
@@ -732,19 +730,19 @@ func TestReconcileResolvesOnlyUnknown(t *testing.T) {
 		return d
 	}
 	cases := []struct {
-		kind        domain.OutcomeKind
+		kind        OutcomeKind
 		maxAttempts int
-		want        domain.State
-		event       domain.EventType
+		want        State
+		event       EventType
 	}{
-		{domain.OutcomeDelivered, 2, domain.StateDelivered, domain.EventReconciledDelivered},
-		{domain.OutcomePermanent, 2, domain.StateDead, domain.EventReconciledDead},
-		{domain.OutcomeTransient, 2, domain.StateRetrying, domain.EventReconciledRetry},
-		{domain.OutcomeTransient, 1, domain.StateDead, domain.EventReconciledDead},
+		{OutcomeDelivered, 2, StateDelivered, EventReconciledDelivered},
+		{OutcomePermanent, 2, StateDead, EventReconciledDead},
+		{OutcomeTransient, 2, StateRetrying, EventReconciledRetry},
+		{OutcomeTransient, 1, StateDead, EventReconciledDead},
 	}
 	for _, c := range cases {
 		d := unknownAt(t, c.maxAttempts)
-		events, err := d.Reconcile(domain.Outcome{Kind: c.kind, StatusCode: 200}, "provider log line 42", "test", policy, now, 0.5)
+		events, err := d.Reconcile(Outcome{Kind: c.kind, StatusCode: 200}, "provider log line 42", "test", policy, now, 0.5)
 		if err != nil {
 			t.Fatalf("%s: %v", c.kind, err)
 		}
@@ -753,12 +751,12 @@ func TestReconcileResolvesOnlyUnknown(t *testing.T) {
 		}
 	}
 	d := unknownAt(t, 2)
-	if _, err := d.Reconcile(domain.Outcome{Kind: domain.OutcomeUnknown}, "", "", policy, now, 0); err == nil {
+	if _, err := d.Reconcile(Outcome{Kind: OutcomeUnknown}, "", "", policy, now, 0); err == nil {
 		t.Fatal("an unknown outcome must not resolve an unknown outcome")
 	}
-	d, _, _ = domain.Accept(domain.AcceptSpec{ID: "r2", Tenant: "t", Channel: "webhook", Recipient: "https://x",
-		Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 2}, now)
-	if _, err := d.Reconcile(domain.Outcome{Kind: domain.OutcomeDelivered}, "e", "", policy, now, 0); !errors.Is(err, domain.ErrNotUnknown) {
+	d, _, _ = Accept(AcceptSpec{ID: "r2", Tenant: "t", Channel: "webhook", Recipient: "https://x",
+		Payload: json.RawMessage(`{}`), Priority: PriorityNormal, MaxAttempts: 2}, now)
+	if _, err := d.Reconcile(Outcome{Kind: OutcomeDelivered}, "e", "", policy, now, 0); !errors.Is(err, ErrNotUnknown) {
 		t.Fatalf("reconciling an accepted delivery: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package domain_test
+package domain
 
 import (
 	"encoding/json"
@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"github.com/deliveryledger/ledger/domain"
 )
 
 // fuzzMaxEvents bounds a fuzzed stream: every prefix is rehydrated again, so the work per input
@@ -30,16 +28,16 @@ const (
 const followTable = 0x80
 
 // fuzzUnknownType is a type no version of the ledger ever recorded.
-const fuzzUnknownType domain.EventType = "delivery.renamed"
+const fuzzUnknownType EventType = "delivery.renamed"
 
 var fuzzEpoch = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
 
 // fuzzStream turns fuzz input into a stream: two bytes per event, the first choosing its type,
 // the second its data and version (see the fault constants). It also returns the index of the
 // first event built with a fault of its own (a bad version or undecodable data), or -1.
-func fuzzStream(input []byte) (events []domain.Event, firstFault int) {
+func fuzzStream(input []byte) (events []Event, firstFault int) {
 	firstFault = -1
-	state := domain.StateNone
+	state := StateNone
 	version := 0
 	for i := 0; i+1 < len(input) && len(events) < fuzzMaxEvents; i += 2 {
 		pick, variant := input[i], input[i+1]
@@ -62,7 +60,7 @@ func fuzzStream(input []byte) (events []domain.Event, firstFault int) {
 		if fault && firstFault < 0 {
 			firstFault = len(events)
 		}
-		events = append(events, domain.Event{
+		events = append(events, Event{
 			DeliveryID: "d-fuzz",
 			Tenant:     "acme",
 			Version:    version,
@@ -71,7 +69,7 @@ func fuzzStream(input []byte) (events []domain.Event, firstFault int) {
 			Data:       data,
 			RecordedAt: fuzzEpoch.Add(time.Duration(len(events)) * time.Second),
 		})
-		if next, err := domain.Next(state, typ); err == nil {
+		if next, err := Next(state, typ); err == nil {
 			state = next
 		}
 	}
@@ -79,11 +77,11 @@ func fuzzStream(input []byte) (events []domain.Event, firstFault int) {
 }
 
 // pickType chooses an event type; see followTable.
-func pickType(state domain.State, pick byte) domain.EventType {
+func pickType(state State, pick byte) EventType {
 	if pick&followTable != 0 {
-		var allowed []domain.EventType
-		for _, typ := range domain.EventTypes {
-			if _, err := domain.Next(state, typ); err == nil {
+		var allowed []EventType
+		for _, typ := range EventTypes {
+			if _, err := Next(state, typ); err == nil {
 				allowed = append(allowed, typ)
 			}
 		}
@@ -91,37 +89,37 @@ func pickType(state domain.State, pick byte) domain.EventType {
 			return allowed[int(pick&^followTable)%len(allowed)]
 		}
 	}
-	i := int(pick&^followTable) % (len(domain.EventTypes) + 1)
-	if i == len(domain.EventTypes) {
+	i := int(pick&^followTable) % (len(EventTypes) + 1)
+	if i == len(EventTypes) {
 		return fuzzUnknownType
 	}
-	return domain.EventTypes[i]
+	return EventTypes[i]
 }
 
 // fuzzData is well-formed data for an event type.
-func fuzzData(typ domain.EventType, attempt int) json.RawMessage {
+func fuzzData(typ EventType, attempt int) json.RawMessage {
 	next := fuzzEpoch.Add(time.Minute)
 	var v any
 	switch typ {
-	case domain.EventAccepted:
-		v = domain.Accepted{NotificationID: "n-fuzz", Channel: "webhook", Recipient: "https://example.com/h",
-			Payload: json.RawMessage(`{"n":1}`), Priority: domain.PriorityNormal, MaxAttempts: attempt + 1, RequestKey: "k"}
-	case domain.EventQueued:
-		v = domain.Queued{Attempt: attempt}
-	case domain.EventDeferred:
-		v = domain.Deferred{Attempt: attempt, Reason: "rate limit", Until: next}
-	case domain.EventAttemptStarted:
-		v = domain.AttemptStarted{Attempt: attempt, Provider: "webhook-http"}
-	case domain.EventRetryScheduled:
-		v = domain.AttemptResult{Attempt: attempt, Class: domain.ClassTransient, NextAttemptAt: &next}
-	case domain.EventDelivered, domain.EventDeadLettered, domain.EventOutcomeUnknown:
-		v = domain.AttemptResult{Attempt: attempt, StatusCode: 200 + attempt}
-	case domain.EventReconciledRetry:
-		v = domain.Resolution{Attempt: attempt, Evidence: "provider log", NextAttemptAt: &next}
-	case domain.EventReconciledDelivered, domain.EventReconciledDead:
-		v = domain.Resolution{Attempt: attempt, Evidence: "provider log"}
-	case domain.EventReplayed:
-		v = domain.Replayed{Attempt: attempt + 1, Cycle: 2}
+	case EventAccepted:
+		v = Accepted{NotificationID: "n-fuzz", Channel: "webhook", Recipient: "https://example.com/h",
+			Payload: json.RawMessage(`{"n":1}`), Priority: PriorityNormal, MaxAttempts: attempt + 1, RequestKey: "k"}
+	case EventQueued:
+		v = Queued{Attempt: attempt}
+	case EventDeferred:
+		v = Deferred{Attempt: attempt, Reason: "rate limit", Until: next}
+	case EventAttemptStarted:
+		v = AttemptStarted{Attempt: attempt, Provider: "webhook-http"}
+	case EventRetryScheduled:
+		v = AttemptResult{Attempt: attempt, Class: ClassTransient, NextAttemptAt: &next}
+	case EventDelivered, EventDeadLettered, EventOutcomeUnknown:
+		v = AttemptResult{Attempt: attempt, StatusCode: 200 + attempt}
+	case EventReconciledRetry:
+		v = Resolution{Attempt: attempt, Evidence: "provider log", NextAttemptAt: &next}
+	case EventReconciledDelivered, EventReconciledDead:
+		v = Resolution{Attempt: attempt, Evidence: "provider log"}
+	case EventReplayed:
+		v = Replayed{Attempt: attempt + 1, Cycle: 2}
 	default:
 		return json.RawMessage(`{}`)
 	}
@@ -161,7 +159,7 @@ func FuzzRehydrate(f *testing.F) {
 		// Broken streams: an illegal transition, an unknown type, a stream not opened by
 		// accepted, a version gap, a repeated version, undecodable data.
 		{accepted, ok, 4, ok},                                         // accepted → delivered
-		{accepted, ok, byte(len(domain.EventTypes)), ok},              // unknown type
+		{accepted, ok, byte(len(EventTypes)), ok},                     // unknown type
 		{1, ok, started, ok},                                          // opened by queued
 		{accepted, ok, queued, faultVersionSkipped, started, ok},      // versions 1, 3, 4
 		{accepted, ok, queued, ok, started, faultVersionRepeated},     // versions 1, 2, 2
@@ -175,7 +173,7 @@ func FuzzRehydrate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input []byte) {
 		events, firstFault := fuzzStream(input)
 		before := cloneEvents(events)
-		d, err := domain.Rehydrate(events)
+		d, err := Rehydrate(events)
 		if !reflect.DeepEqual(events, before) {
 			t.Fatalf("Rehydrate changed its input")
 		}
@@ -183,7 +181,7 @@ func FuzzRehydrate(f *testing.F) {
 		// The reference: walk the table over the types, stopping at the first fault. At a faulty
 		// event the version is judged first, then the transition, then the data, the order in
 		// which Rehydrate checks them (TestRehydrateRefusesBrokenStreams relies on it too).
-		state, version := domain.StateNone, 0
+		state, version := StateNone, 0
 		for i, e := range events {
 			if e.Version != version+1 || i == firstFault {
 				if err == nil {
@@ -193,18 +191,18 @@ func FuzzRehydrate(f *testing.F) {
 				if e.Version == version+1 {
 					// Data is decoded only for an allowed transition, so a bad transition is
 					// reported as such whatever the data.
-					if _, nerr := domain.Next(state, e.Type); nerr != nil {
+					if _, nerr := Next(state, e.Type); nerr != nil {
 						expectTransitionError(t, err, state, e.Type)
 						return
 					}
 				}
-				var terr *domain.TransitionError
+				var terr *TransitionError
 				if errors.As(err, &terr) {
 					t.Fatalf("event %d has a bad version or data, but Rehydrate blames the transition: %v", i, err)
 				}
 				return
 			}
-			next, nerr := domain.Next(state, e.Type)
+			next, nerr := Next(state, e.Type)
 			if nerr != nil {
 				expectTransitionError(t, err, state, e.Type)
 				return
@@ -233,10 +231,10 @@ func FuzzRehydrate(f *testing.F) {
 			t.Fatalf("Rehydrate: accepted at %s, updated at %s; want %s and %s",
 				d.AcceptedAt(), d.UpdatedAt(), events[0].RecordedAt, last.RecordedAt)
 		}
-		state = domain.StateNone
+		state = StateNone
 		for n := 1; n <= len(events); n++ {
-			state, _ = domain.Next(state, events[n-1].Type)
-			p, err := domain.Rehydrate(events[:n])
+			state, _ = Next(state, events[n-1].Type)
+			p, err := Rehydrate(events[:n])
 			if err != nil {
 				t.Fatalf("the whole stream rehydrates, but its prefix of %d events does not: %v", n, err)
 			}
@@ -248,9 +246,9 @@ func FuzzRehydrate(f *testing.F) {
 }
 
 // expectTransitionError fails the test unless err is a *TransitionError for (from, typ).
-func expectTransitionError(t *testing.T, err error, from domain.State, typ domain.EventType) {
+func expectTransitionError(t *testing.T, err error, from State, typ EventType) {
 	t.Helper()
-	var terr *domain.TransitionError
+	var terr *TransitionError
 	if !errors.As(err, &terr) {
 		t.Fatalf("event %s in state %q is not allowed, but Rehydrate returned %v, want a *TransitionError", typ, from, err)
 	}
@@ -259,11 +257,11 @@ func expectTransitionError(t *testing.T, err error, from domain.State, typ domai
 	}
 }
 
-func cloneEvents(events []domain.Event) []domain.Event {
+func cloneEvents(events []Event) []Event {
 	if events == nil {
 		return nil
 	}
-	out := make([]domain.Event, len(events))
+	out := make([]Event, len(events))
 	for i, e := range events {
 		e.Data = append(json.RawMessage(nil), e.Data...)
 		out[i] = e

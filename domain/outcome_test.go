@@ -1,12 +1,10 @@
-package domain_test
+package domain
 
 import (
 	"math"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/deliveryledger/ledger/domain"
 )
 
 // justBelowOne is the largest jitter in [0,1).
@@ -15,7 +13,7 @@ var justBelowOne = math.Nextafter(1, 0)
 func TestCeilingDoublesFromBaseAndIsCapped(t *testing.T) {
 	t.Parallel()
 
-	p := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 10}
+	p := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 10}
 	tests := []struct {
 		attempt int
 		want    time.Duration
@@ -42,8 +40,8 @@ func TestCeilingDoublesFromBaseAndIsCapped(t *testing.T) {
 func TestCeilingHugeAttemptsDoNotOverflow(t *testing.T) {
 	t.Parallel()
 
-	policies := []domain.RetryPolicy{
-		domain.DefaultRetryPolicy(),
+	policies := []RetryPolicy{
+		DefaultRetryPolicy(),
 		{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
 		{Base: time.Nanosecond, Cap: math.MaxInt64}, // a cap meaning "no cap"
 		{Base: time.Hour, Cap: math.MaxInt64},
@@ -77,7 +75,7 @@ func TestCeilingHugeAttemptsDoNotOverflow(t *testing.T) {
 func TestNextAttemptAtWithoutJitter(t *testing.T) {
 	t.Parallel()
 
-	p := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 10}
+	p := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 10}
 	for _, attempt := range []int{1, 2, 7, 50} {
 		if got := p.NextAttemptAt(attempt, testNow, 0, 0); !got.Equal(testNow) {
 			t.Errorf("NextAttemptAt(%d, jitter 0) = %v, want now %v", attempt, got, testNow)
@@ -91,7 +89,7 @@ func TestNextAttemptAtWithoutJitter(t *testing.T) {
 func TestNextAttemptAtJitterStaysBelowCeiling(t *testing.T) {
 	t.Parallel()
 
-	policies := []domain.RetryPolicy{
+	policies := []RetryPolicy{
 		{Base: 30 * time.Second, Cap: 30 * time.Minute},
 		{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
 		{Base: time.Nanosecond * 3, Cap: time.Hour},
@@ -121,7 +119,7 @@ func TestNextAttemptAtJitterStaysBelowCeiling(t *testing.T) {
 func TestNextAttemptAtRetryAfterOnlyWhenLonger(t *testing.T) {
 	t.Parallel()
 
-	p := domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute}
+	p := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute}
 	// Attempt 3: ceiling 2m; jitter 0.5 gives a delay of 1m.
 	if got, want := p.NextAttemptAt(3, testNow, 0.5, 5*time.Minute), testNow.Add(5*time.Minute); !got.Equal(want) {
 		t.Errorf("longer Retry-After: %v, want %v", got, want)
@@ -140,23 +138,23 @@ func TestTiers(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		policy domain.RetryPolicy
+		policy RetryPolicy
 		want   []time.Duration
 	}{
 		{
 			"default",
-			domain.RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute},
+			RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute},
 			[]time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute,
 				8 * time.Minute, 16 * time.Minute, 30 * time.Minute},
 		},
 		{
 			"cap on a power of two",
-			domain.RetryPolicy{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
+			RetryPolicy{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
 			[]time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond},
 		},
 		{
 			"cap equals base",
-			domain.RetryPolicy{Base: time.Second, Cap: time.Second},
+			RetryPolicy{Base: time.Second, Cap: time.Second},
 			[]time.Duration{time.Second},
 		},
 	}
@@ -165,7 +163,7 @@ func TestTiers(t *testing.T) {
 			t.Errorf("%s: Tiers() = %v, want %v", tt.name, got, tt.want)
 		}
 	}
-	if got := domain.DefaultRetryPolicy().Tiers(); !slices.Equal(got, tests[0].want) {
+	if got := DefaultRetryPolicy().Tiers(); !slices.Equal(got, tests[0].want) {
 		t.Errorf("DefaultRetryPolicy().Tiers() = %v, want %v", got, tests[0].want)
 	}
 }
@@ -175,8 +173,8 @@ func TestTiers(t *testing.T) {
 func TestTiersCoverEveryCeiling(t *testing.T) {
 	t.Parallel()
 
-	policies := []domain.RetryPolicy{
-		domain.DefaultRetryPolicy(),
+	policies := []RetryPolicy{
+		DefaultRetryPolicy(),
 		{Base: 10 * time.Millisecond, Cap: 80 * time.Millisecond},
 		{Base: 7 * time.Second, Cap: 5 * time.Minute},
 		{Base: time.Nanosecond, Cap: math.MaxInt64}, // doubling would overflow before the cap
@@ -208,7 +206,7 @@ func TestTiersCoverEveryCeiling(t *testing.T) {
 func TestRetryAfterIsBoundedByRetryAfterMax(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 5, RetryAfterMax: time.Hour}
+	p := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 5, RetryAfterMax: time.Hour}
 	if got := p.NextAttemptAt(1, now, 0, 3*time.Hour); !got.Equal(now.Add(time.Hour)) {
 		t.Fatalf("Retry-After 3h with max 1h: next at %s, want now+1h", got.Sub(now))
 	}

@@ -1,37 +1,35 @@
-package domain_test
+package domain
 
 import (
 	"errors"
 	"testing"
-
-	"github.com/deliveryledger/ledger/domain"
 )
 
 // expectedTransitions is the lifecycle of DESIGN.md written out again, independently of the
 // table in state.go, so that a change to either one shows up as a failing pair.
-var expectedTransitions = map[domain.State]map[domain.EventType]domain.State{
-	domain.StateNone:     {domain.EventAccepted: domain.StateAccepted},
-	domain.StateAccepted: {domain.EventQueued: domain.StateQueued},
-	domain.StateQueued:   {domain.EventAttemptStarted: domain.StateProcessing, domain.EventDeferred: domain.StateQueued},
-	domain.StateProcessing: {
-		domain.EventDelivered:      domain.StateDelivered,
-		domain.EventRetryScheduled: domain.StateRetrying,
-		domain.EventDeadLettered:   domain.StateDead,
-		domain.EventOutcomeUnknown: domain.StateUnknown,
+var expectedTransitions = map[State]map[EventType]State{
+	StateNone:     {EventAccepted: StateAccepted},
+	StateAccepted: {EventQueued: StateQueued},
+	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued},
+	StateProcessing: {
+		EventDelivered:      StateDelivered,
+		EventRetryScheduled: StateRetrying,
+		EventDeadLettered:   StateDead,
+		EventOutcomeUnknown: StateUnknown,
 	},
-	domain.StateRetrying: {domain.EventQueued: domain.StateQueued},
-	domain.StateDead:     {domain.EventReplayed: domain.StateQueued},
-	domain.StateUnknown: {
-		domain.EventReconciledDelivered: domain.StateDelivered,
-		domain.EventReconciledDead:      domain.StateDead,
-		domain.EventReconciledRetry:     domain.StateRetrying,
+	StateRetrying: {EventQueued: StateQueued},
+	StateDead:     {EventReplayed: StateQueued},
+	StateUnknown: {
+		EventReconciledDelivered: StateDelivered,
+		EventReconciledDead:      StateDead,
+		EventReconciledRetry:     StateRetrying,
 	},
-	domain.StateDelivered: {},
+	StateDelivered: {},
 }
 
 // allStates is StateNone plus every state of the contract.
-func allStates() []domain.State {
-	return append([]domain.State{domain.StateNone}, domain.States...)
+func allStates() []State {
+	return append([]State{StateNone}, States...)
 }
 
 func TestNextEveryPair(t *testing.T) {
@@ -39,9 +37,9 @@ func TestNextEveryPair(t *testing.T) {
 
 	pairs := 0
 	for _, from := range allStates() {
-		for _, event := range domain.EventTypes {
+		for _, event := range EventTypes {
 			pairs++
-			got, err := domain.Next(from, event)
+			got, err := Next(from, event)
 			want, allowed := expectedTransitions[from][event]
 			if allowed {
 				if err != nil {
@@ -53,7 +51,7 @@ func TestNextEveryPair(t *testing.T) {
 				}
 				continue
 			}
-			var terr *domain.TransitionError
+			var terr *TransitionError
 			if !errors.As(err, &terr) {
 				t.Errorf("Next(%q, %s) = (%q, %v), want a *TransitionError", from, event, got, err)
 				continue
@@ -61,7 +59,7 @@ func TestNextEveryPair(t *testing.T) {
 			if terr.From != from || terr.Event != event {
 				t.Errorf("Next(%q, %s): TransitionError names (%q, %s)", from, event, terr.From, terr.Event)
 			}
-			if got != domain.StateNone {
+			if got != StateNone {
 				t.Errorf("Next(%q, %s) refused but returned state %q", from, event, got)
 			}
 			if terr.Error() == "" {
@@ -69,7 +67,7 @@ func TestNextEveryPair(t *testing.T) {
 			}
 		}
 	}
-	if want := (len(domain.States) + 1) * len(domain.EventTypes); pairs != want || pairs == 0 {
+	if want := (len(States) + 1) * len(EventTypes); pairs != want || pairs == 0 {
 		t.Fatalf("walked %d pairs, want %d", pairs, want)
 	}
 }
@@ -80,12 +78,12 @@ func TestNextEveryPair(t *testing.T) {
 func TestExpectedTableCoversContract(t *testing.T) {
 	t.Parallel()
 
-	if len(expectedTransitions) != len(domain.States)+1 {
+	if len(expectedTransitions) != len(States)+1 {
 		t.Errorf("expected table has %d source states, the contract has %d (plus none)",
-			len(expectedTransitions), len(domain.States))
+			len(expectedTransitions), len(States))
 	}
 	for from, events := range expectedTransitions {
-		if from != domain.StateNone && !from.Valid() {
+		if from != StateNone && !from.Valid() {
 			t.Errorf("expected table: source %q is not a state of the contract", from)
 		}
 		for event, to := range events {
@@ -99,9 +97,9 @@ func TestExpectedTableCoversContract(t *testing.T) {
 func TestStatesHaveNoDuplicates(t *testing.T) {
 	t.Parallel()
 
-	seen := map[domain.State]bool{}
-	for _, s := range domain.States {
-		if s == domain.StateNone {
+	seen := map[State]bool{}
+	for _, s := range States {
+		if s == StateNone {
 			t.Errorf("States contains StateNone")
 		}
 		if seen[s] {
@@ -109,9 +107,9 @@ func TestStatesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	wire := []domain.State{"accepted", "queued", "processing", "retrying", "delivered", "dead", "unknown"}
-	if len(domain.States) != len(wire) {
-		t.Errorf("States has %d elements, the wire contract has %d", len(domain.States), len(wire))
+	wire := []State{"accepted", "queued", "processing", "retrying", "delivered", "dead", "unknown"}
+	if len(States) != len(wire) {
+		t.Errorf("States has %d elements, the wire contract has %d", len(States), len(wire))
 	}
 	for _, s := range wire {
 		if !seen[s] {
@@ -123,8 +121,8 @@ func TestStatesHaveNoDuplicates(t *testing.T) {
 func TestEventTypesHaveNoDuplicates(t *testing.T) {
 	t.Parallel()
 
-	seen := map[domain.EventType]bool{}
-	for _, e := range domain.EventTypes {
+	seen := map[EventType]bool{}
+	for _, e := range EventTypes {
 		if e == "" {
 			t.Errorf("EventTypes contains an empty type")
 		}
@@ -142,16 +140,16 @@ func TestEveryStateButDeliveredHasAWayOut(t *testing.T) {
 	t.Parallel()
 
 	for _, from := range allStates() {
-		var exits []domain.EventType
-		for _, event := range domain.EventTypes {
-			if _, err := domain.Next(from, event); err == nil {
+		var exits []EventType
+		for _, event := range EventTypes {
+			if _, err := Next(from, event); err == nil {
 				exits = append(exits, event)
 			}
 		}
 		switch {
-		case from == domain.StateDelivered && len(exits) != 0:
+		case from == StateDelivered && len(exits) != 0:
 			t.Errorf("delivered is final but %v leave it", exits)
-		case from != domain.StateDelivered && len(exits) == 0:
+		case from != StateDelivered && len(exits) == 0:
 			t.Errorf("state %q has no way out", from)
 		}
 	}
@@ -161,7 +159,7 @@ func TestTerminalOnlyDeliveredAndDead(t *testing.T) {
 	t.Parallel()
 
 	for _, s := range allStates() {
-		want := s == domain.StateDelivered || s == domain.StateDead
+		want := s == StateDelivered || s == StateDead
 		if got := s.Terminal(); got != want {
 			t.Errorf("%q.Terminal() = %v, want %v", s, got, want)
 		}
@@ -171,12 +169,12 @@ func TestTerminalOnlyDeliveredAndDead(t *testing.T) {
 func TestStateValid(t *testing.T) {
 	t.Parallel()
 
-	for _, s := range domain.States {
+	for _, s := range States {
 		if !s.Valid() {
 			t.Errorf("%q.Valid() = false", s)
 		}
 	}
-	for _, s := range []domain.State{domain.StateNone, "Delivered", "pending", "delivery.accepted"} {
+	for _, s := range []State{StateNone, "Delivered", "pending", "delivery.accepted"} {
 		if s.Valid() {
 			t.Errorf("%q.Valid() = true", s)
 		}

@@ -88,25 +88,7 @@ func (b *AcceptBatcher) RecordAccept(ctx context.Context, rec commands.AcceptRec
 
 func (b *AcceptBatcher) run() {
 	defer b.wg.Done()
-	for {
-		var first *acceptCall
-		select {
-		case first = <-b.queue:
-		case <-b.stop:
-			return
-		}
-		batch := []*acceptCall{first}
-	drain:
-		for len(batch) < b.maxBatch {
-			select {
-			case c := <-b.queue:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		b.commit(batch)
-	}
+	collectBatches(b.queue, b.stop, b.maxBatch, b.commit)
 }
 
 const acceptRequestLockMany = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, 0))

@@ -75,25 +75,7 @@ func (b *AppendBatcher) Append(ctx context.Context, events []domain.Event, outbo
 
 func (b *AppendBatcher) run() {
 	defer b.wg.Done()
-	for {
-		var first *appendCall
-		select {
-		case first = <-b.queue:
-		case <-b.stop:
-			return
-		}
-		batch := []*appendCall{first}
-	drain:
-		for len(batch) < b.maxBatch {
-			select {
-			case c := <-b.queue:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		b.commit(batch)
-	}
+	collectBatches(b.queue, b.stop, b.maxBatch, b.commit)
 }
 
 func (b *AppendBatcher) commit(batch []*appendCall) {
