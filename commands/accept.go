@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -146,6 +145,3 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 	}
 	return result, nil
 }
-
-// IsInvalid reports whether err is a validation failure of the request.
-func IsInvalid(err error) bool { return errors.Is(err, domain.ErrInvalidDelivery) }

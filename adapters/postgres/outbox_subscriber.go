@@ -13,9 +13,6 @@ import (
 
 // OutboxSubscriberConfig tunes the relay's side of the outbox.
 type OutboxSubscriberConfig struct {
-	// Topic is the outbox shard to read (OutboxTopicOf); only used to document the wiring, the
-	// subscriber is told its topic when the forwarder subscribes.
-	Topic string
 	// ConsumerGroup names the relay's offset row.
 	ConsumerGroup string
 	// MaxWait bounds how long an idle relay sleeps when no notification arrives (a safety net:

@@ -363,7 +363,7 @@ func (a *App) runRelay(ctx context.Context) error {
 func (a *App) runRelayShard(ctx context.Context, shard int) error {
 	wmLogger := watermill.NewSlogLogger(a.logger.With("role", "relay", "shard", shard))
 	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{
-		Topic: postgres.OutboxTopicOf(shard), ConsumerGroup: relayConsumerGroup, Logger: a.logger,
+		ConsumerGroup: relayConsumerGroup, Logger: a.logger,
 	}, wmLogger)
 	if err != nil {
 		return err
