@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,16 @@ type benchOptions struct {
 	AuditReads  int
 	Out         string
 	ResultsDir  string
+	// Only lists the phases to run (postgres, rabbitmq, accept, rate, e2e, audit); empty is all.
+	// A partial run leaves out the ratios and targets it has no measurements for.
+	Only []string
+}
+
+// benchPhases are the phases of a run, in order.
+var benchPhases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "audit"}
+
+func (o *benchOptions) runs(phase string) bool {
+	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
 }
 
 func (o *benchOptions) applyQuick() {

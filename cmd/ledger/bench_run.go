@@ -54,6 +54,9 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	}
 	_ = pgEnv.pool.QueryRow(ctx, "SHOW server_version").Scan(&rep.Machine.Postgres)
 	for _, c := range []int{1, 16, 64} {
+		if !opts.runs("postgres") {
+			break
+		}
 		tps, lat, err := benchPostgres(ctx, pgEnv.url, c, opts.Phase)
 		if err != nil {
 			pgEnv.stop(base)
@@ -66,18 +69,50 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	pgEnv.stop(base)
 
 	// 2. Raw RabbitMQ: persistent publishes with confirms, consumed with manual acks.
-	mq, version, err := benchRabbit(ctx, base.AMQPURL, opts.Phase)
-	if err != nil {
-		return nil, fmt.Errorf("rabbitmq baseline: %w", err)
+	var mq float64
+	if opts.runs("rabbitmq") {
+		var version string
+		mq, version, err = benchRabbit(ctx, base.AMQPURL, opts.Phase)
+		if err != nil {
+			return nil, fmt.Errorf("rabbitmq baseline: %w", err)
+		}
+		rep.Machine.RabbitMQ = version
+		rep.Throughput["rabbitmq_msgs"] = mq
+		benchLog(out, "rabbitmq baseline: %8.0f msg/s (publish with confirms → consume with acks)", mq)
 	}
-	rep.Machine.RabbitMQ = version
-	rep.Throughput["rabbitmq_msgs"] = mq
-	benchLog(out, "rabbitmq baseline: %8.0f msg/s (publish with confirms → consume with acks)", mq)
+	if err := benchAccept(ctx, base, opts, rep, sink, track, out); err != nil {
+		return nil, err
+	}
+	if opts.runs("rate") {
+		if err := benchRate(ctx, base, opts, rep, sink, track, out); err != nil {
+			return nil, err
+		}
+	}
+	if opts.runs("e2e") {
+		if err := benchE2E(ctx, base, opts, rep, mq, sink, track, out); err != nil {
+			return nil, err
+		}
+	}
+	if opts.runs("audit") {
+		if err := benchAuditPhase(ctx, base, opts, rep, track, out); err != nil {
+			return nil, err
+		}
+	}
+	rep.Targets = benchTargets(opts, rep)
+	return rep, nil
+}
 
-	// 3. Accept throughput over HTTP (api role only).
+
+type benchTrack func(*benchEnv, error) (*benchEnv, error)
+
+// benchAccept measures accept throughput over HTTP (api role only) at 1, 16 and 64 clients.
+func benchAccept(ctx context.Context, base Config, opts benchOptions, rep *benchReport, sink *benchSink, track benchTrack, out io.Writer) error {
+	if !opts.runs("accept") {
+		return nil
+	}
 	apiEnv, err := track(newBenchEnv(ctx, base, "api", "api"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, c := range []int{1, 16, 64} {
 		n, lat, err := closedLoop(c, opts.Phase, func() error {
@@ -86,18 +121,22 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 		})
 		if err != nil {
 			apiEnv.stop(base)
-			return nil, fmt.Errorf("accept at %d clients: %w", c, err)
+			return fmt.Errorf("accept at %d clients: %w", c, err)
 		}
 		s := lat.sorted()
 		rps := float64(n) / opts.Phase.Seconds()
 		rep.Throughput[fmt.Sprintf("accept_%d", c)] = rps
 		rep.LatencyMS[fmt.Sprintf("accept_p50_%d", c)] = percentile(s, .5)
 		rep.LatencyMS[fmt.Sprintf("accept_p99_%d", c)] = percentile(s, .99)
-		rep.Ratios[fmt.Sprintf("accept_vs_postgres_%d", c)] = rps / rep.Throughput[fmt.Sprintf("postgres_tx_%d", c)]
+		ratio := ""
+		if pg := rep.Throughput[fmt.Sprintf("postgres_tx_%d", c)]; pg > 0 {
+			rep.Ratios[fmt.Sprintf("accept_vs_postgres_%d", c)] = rps / pg
+			ratio = fmt.Sprintf("  (%.2fx postgres)", rps/pg)
+		}
 		if c == 64 {
 			rep.Samples["accept at 64 clients"] = s
 		}
-		benchLog(out, "accept over HTTP, %2d clients: %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  (%.2fx postgres)", c, rps, percentile(s, .5), percentile(s, .99), rep.Ratios[fmt.Sprintf("accept_vs_postgres_%d", c)])
+		benchLog(out, "accept over HTTP, %2d clients: %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms%s", c, rps, percentile(s, .5), percentile(s, .99), ratio)
 	}
 	apiEnv.stop(base)
 
@@ -106,17 +145,21 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	if _, err := apiEnv.pool.Exec(ctx, "CHECKPOINT"); err != nil {
 		benchLog(out, "checkpoint before the latency run failed (continuing): %v", err)
 	}
+	return nil
+}
 
-	// 4. End to end at a fixed rate (first, on a quiet machine), latency from each request's scheduled send time.
+// benchRate runs end to end at a fixed rate (first, on a quiet machine), latency from each
+// request's scheduled send time, and the relay lag on the way.
+func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchReport, sink *benchSink, track benchTrack, out io.Writer) error {
 	var relayLag latencies
 	fixed, err := track(newBenchEnv(ctx, base, "rate", "api,relay,worker", withRelayObserver(relayLag.add)))
 	if err != nil {
-		return nil, err
+		return err
 	}
+	defer fixed.stop(base)
 	lat, counts, err := benchFixedRate(ctx, fixed, sink.url, opts.Rate, opts.RateFor)
 	if err != nil {
-		fixed.stop(base)
-		return nil, err
+		return err
 	}
 	for k, v := range counts {
 		rep.Counts[fmt.Sprintf("rate_%s", k)] = v
@@ -124,9 +167,8 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	if counts["sent"] != counts["delivered"]+counts["dead"]+counts["unknown"]+counts["in_flight"] {
 		rep.Void, rep.VoidReason = true, fmt.Sprintf("fixed-rate run does not balance: %v", counts)
 	}
-	key := fmt.Sprintf("e2e_p99_at_%d", opts.Rate)
 	rep.LatencyMS[fmt.Sprintf("e2e_p50_at_%d", opts.Rate)] = percentile(lat, .5)
-	rep.LatencyMS[key] = percentile(lat, .99)
+	rep.LatencyMS[fmt.Sprintf("e2e_p99_at_%d", opts.Rate)] = percentile(lat, .99)
 	rep.Samples[fmt.Sprintf("end to end at %d/s", opts.Rate)] = lat
 	benchLog(out, "end to end at %d/s: p50 %6.2f ms  p99 %6.2f ms  (%d deliveries, from scheduled send to recorded delivery)", opts.Rate, percentile(lat, .5), percentile(lat, .99), len(lat))
 	rl := relayLag.sorted()
@@ -134,27 +176,33 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	rep.LatencyMS["relay_lag_p99"] = percentile(rl, .99)
 	rep.Samples["relay lag"] = rl
 	benchLog(out, "relay lag (outbox write → broker confirm): p50 %6.2f ms  p99 %6.2f ms", percentile(rl, .5), percentile(rl, .99))
-	fixed.stop(base)
+	return nil
+}
 
-	// 5. End to end, sustained: accept from 16 clients with a bounded backlog, count deliveries.
+// benchE2E measures sustained end-to-end deliveries: accept from 16 clients with a bounded
+// backlog, count deliveries; then waits for the run to balance.
+func benchE2E(ctx context.Context, base Config, opts benchOptions, rep *benchReport, mq float64, sink *benchSink, track benchTrack, out io.Writer) error {
 	var sustainedLag latencies
 	e2e, err := track(newBenchEnv(ctx, base, "e2e", "api,relay,worker", withRelayObserver(sustainedLag.add)))
 	if err != nil {
-		return nil, err
+		return err
 	}
+	defer e2e.stop(base)
 	sent, delivered, window, err := benchSustained(ctx, e2e, sink, opts.Phase*2)
 	if err != nil {
-		e2e.stop(base)
-		return nil, err
+		return err
 	}
 	rate := float64(delivered) / window.Seconds()
 	rep.Throughput["e2e_delivered"] = rate
-	rep.Ratios["e2e_vs_rabbitmq"] = rate / mq
-	benchLog(out, "end to end, sustained: %8.0f deliveries/s (%d sent, %d delivered in %s; %.2fx rabbitmq)", rate, sent, delivered, window.Round(time.Millisecond), rep.Ratios["e2e_vs_rabbitmq"])
+	ratio := ""
+	if mq > 0 {
+		rep.Ratios["e2e_vs_rabbitmq"] = rate / mq
+		ratio = fmt.Sprintf("; %.2fx rabbitmq", rate/mq)
+	}
+	benchLog(out, "end to end, sustained: %8.0f deliveries/s (%d sent, %d delivered in %s%s)", rate, sent, delivered, window.Round(time.Millisecond), ratio)
 	balance, err := benchBalance(ctx, e2e, sent, 60*time.Second)
 	if err != nil {
-		e2e.stop(base)
-		return nil, err
+		return err
 	}
 	for k, v := range balance {
 		rep.Counts["sustained_"+k] = v
@@ -162,32 +210,49 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	if balance["sent"] != balance["delivered"]+balance["dead"]+balance["unknown"]+balance["in_flight"] {
 		rep.Void, rep.VoidReason = true, fmt.Sprintf("sustained run does not balance: %v", balance)
 	}
-	e2e.stop(base)
+	return nil
+}
 
-	// 6. Audit: one delivery's history with a large log.
+// benchAuditPhase times one delivery's history with a large log.
+func benchAuditPhase(ctx context.Context, base Config, opts benchOptions, rep *benchReport, track benchTrack, out io.Writer) error {
 	audit, err := track(newBenchEnv(ctx, base, "audit", "api"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	al, n, err := benchAudit(ctx, audit, opts.AuditEvents, opts.AuditReads, out)
 	audit.stop(base)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rep.Counts["audit_log_events"] = n
 	rep.LatencyMS["audit_p50"] = percentile(al, .5)
 	rep.LatencyMS["audit_p99"] = percentile(al, .99)
 	rep.Samples["audit query"] = al
 	benchLog(out, "audit query (GET /v1/deliveries/{id}/events, %d events in the log): p50 %6.2f ms  p99 %6.2f ms", n, percentile(al, .5), percentile(al, .99))
+	return nil
+}
 
-	rep.Targets = []benchTarget{
-		{Name: "accept_vs_postgres_64", Want: ">= 2", Got: rep.Ratios["accept_vs_postgres_64"], Passed: rep.Ratios["accept_vs_postgres_64"] >= 2},
-		{Name: "e2e_vs_rabbitmq", Want: ">= 0.25", Got: rep.Ratios["e2e_vs_rabbitmq"], Passed: rep.Ratios["e2e_vs_rabbitmq"] >= 0.25},
-		{Name: key, Want: "< 50 ms", Got: rep.LatencyMS[key], Passed: rep.LatencyMS[key] < 50},
-		{Name: "relay_lag_p50", Want: "< 20 ms", Got: rep.LatencyMS["relay_lag_p50"], Passed: rep.LatencyMS["relay_lag_p50"] < 20},
-		{Name: "audit_p99", Want: "< 5 ms", Got: rep.LatencyMS["audit_p99"], Passed: rep.LatencyMS["audit_p99"] < 5},
+// benchTargets checks the targets against what this run measured; a phase left out
+// (--only) leaves its target out.
+func benchTargets(opts benchOptions, rep *benchReport) []benchTarget {
+	var targets []benchTarget
+	add := func(name, want string, got float64, ok bool, measured bool) {
+		if measured {
+			targets = append(targets, benchTarget{Name: name, Want: want, Got: got, Passed: ok})
+		}
 	}
-	return rep, nil
+	r, l := rep.Ratios, rep.LatencyMS
+	key := fmt.Sprintf("e2e_p99_at_%d", opts.Rate)
+	_, accept := r["accept_vs_postgres_64"]
+	_, e2e := r["e2e_vs_rabbitmq"]
+	_, rate := l[key]
+	_, audit := l["audit_p99"]
+	add("accept_vs_postgres_64", ">= 2", r["accept_vs_postgres_64"], r["accept_vs_postgres_64"] >= 2, accept)
+	add("e2e_vs_rabbitmq", ">= 0.25", r["e2e_vs_rabbitmq"], r["e2e_vs_rabbitmq"] >= 0.25, e2e)
+	add(key, "< 50 ms", l[key], l[key] < 50, rate)
+	add("relay_lag_p50", "< 20 ms", l["relay_lag_p50"], l["relay_lag_p50"] < 20, rate)
+	add("audit_p99", "< 5 ms", l["audit_p99"], l["audit_p99"] < 5, audit)
+	return targets
 }
 
 // benchPostgres runs transactions of one event row and one outbox row from c clients.

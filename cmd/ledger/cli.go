@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
@@ -89,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
 	benchFS.StringVar(&bopts.Out, "out", "", "also write the JSON report to this file")
 	benchFS.StringVar(&bopts.ResultsDir, "results-dir", "bench/results", "directory for the timestamped JSON report and SVG chart")
+	benchOnly := benchFS.String("only", "", "run only these phases, comma-separated ("+strings.Join(benchPhases, ",")+"); ratios need their baseline phase")
 	bench := &ffcli.Command{
 		Name:       "bench",
 		ShortUsage: "ledger bench [--quick] [--out FILE] [flags]",
@@ -103,6 +106,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
 			bopts.applyQuick()
+			if *benchOnly != "" {
+				for _, p := range strings.Split(*benchOnly, ",") {
+					if p = strings.TrimSpace(p); !slices.Contains(benchPhases, p) {
+						return fmt.Errorf("--only: unknown phase %q (phases: %s)", p, strings.Join(benchPhases, ", "))
+					}
+					bopts.Only = append(bopts.Only, strings.TrimSpace(p))
+				}
+			}
 			rep, err := runBench(ctx, benchCfg, bopts, stderr)
 			if err != nil {
 				return err
