@@ -102,7 +102,6 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	return rep, nil
 }
 
-
 type benchTrack func(*benchEnv, error) (*benchEnv, error)
 
 // benchAccept measures accept throughput over HTTP (api role only) at 1, 16 and 64 clients.
