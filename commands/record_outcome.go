@@ -15,6 +15,11 @@ type RecordOutcome struct {
 	DeliveryID string
 	Attempt    int
 	Outcome    domain.Outcome
+	// Known, when set, is the delivery as the worker last saw it (after recording the attempt's
+	// start): the outcome is decided on it without reading the stream again. If the stream has
+	// moved since, the append meets a version conflict and the outcome is decided again on a
+	// fresh read, so a stale Known costs a retry, never a wrong record.
+	Known *domain.Delivery
 }
 
 // Policies gives the retry policy of a channel.
@@ -65,14 +70,18 @@ func (h *RecordOutcomeHandler) followUp(d *domain.Delivery, eventKey string, now
 // Handle records the outcome and returns the delivery's state after it. A repeat for an attempt
 // that is already closed records nothing and returns the current state.
 func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (domain.State, error) {
+	known := cmd.Known
 	for range maxConflictRetries {
-		events, err := h.store.Load(ctx, cmd.DeliveryID)
-		if err != nil {
-			return "", fmt.Errorf("record outcome of %s: %w", cmd.DeliveryID, err)
-		}
-		d, err := domain.Rehydrate(events)
-		if err != nil {
-			return "", err
+		d := known
+		known = nil
+		if d == nil || d.ID() != cmd.DeliveryID {
+			events, err := h.store.Load(ctx, cmd.DeliveryID)
+			if err != nil {
+				return "", fmt.Errorf("record outcome of %s: %w", cmd.DeliveryID, err)
+			}
+			if d, err = domain.Rehydrate(events); err != nil {
+				return "", err
+			}
 		}
 		now := h.clock.Now()
 		closed, err := d.RecordOutcome(cmd.Attempt, cmd.Outcome, h.policies(d.Channel()), now, h.jitter())

@@ -147,18 +147,26 @@ func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error
 			lockKeys[i] = acceptLockKey(c.rec.Tenant, c.rec.RequestKey)
 			tenants[i], keys[i] = c.rec.Tenant, c.rec.RequestKey
 		}
-		rows, err := tx.Query(ctx, acceptRequestLockMany, lockKeys)
+		// The locks and the read travel together; a row read counts only where its lock was taken.
+		var check pgx.Batch
+		check.Queue(acceptRequestLockMany, lockKeys)
+		check.Queue(acceptRequestGetMany, tenants, keys)
+		results := tx.SendBatch(ctx, &check)
+		rows, err := results.Query()
 		if err != nil {
+			_ = results.Close()
 			return err
 		}
 		locked, err := pgx.CollectRows(rows, pgx.RowTo[bool])
 		if err != nil {
+			_ = results.Close()
 			return err
 		}
 		type stored struct{ hash, response []byte }
 		existing := map[string]stored{}
-		rows, err = tx.Query(ctx, acceptRequestGetMany, tenants, keys)
+		rows, err = results.Query()
 		if err != nil {
+			_ = results.Close()
 			return err
 		}
 		for rows.Next() {
@@ -166,11 +174,12 @@ func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error
 			var s stored
 			if err := rows.Scan(&tenant, &key, &s.hash, &s.response); err != nil {
 				rows.Close()
+				_ = results.Close()
 				return err
 			}
 			existing[acceptLockKey(tenant, key)] = s
 		}
-		if err := rows.Err(); err != nil {
+		if err := errors.Join(rows.Err(), results.Close()); err != nil {
 			return err
 		}
 
@@ -200,20 +209,17 @@ func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error
 			}
 			seen[k] = true
 		}
-		if len(events) > 0 {
-			if err := appendEvents(ctx, tx, events); err != nil {
-				return err
-			}
+		var w writeBatch
+		if err := appendEvents(ctx, &w, events); err != nil {
+			return err
 		}
-		if err := publishOutbox(ctx, tx, outbox); err != nil {
+		if err := publishOutbox(ctx, &w, outbox); err != nil {
 			return err
 		}
 		if len(newKeys) > 0 {
-			if _, err := tx.Exec(ctx, acceptRequestPutMany, newTenants, newKeys, newHashes, newResponses); err != nil {
-				return err
-			}
+			_, _ = w.Exec(ctx, acceptRequestPutMany, newTenants, newKeys, newHashes, newResponses)
 		}
-		return nil
+		return w.send(ctx, tx)
 	})
 	if err != nil {
 		return nil, errors.Join(errors.New("shared accept transaction"), err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,27 +53,41 @@ func (s *EventStore) Append(ctx context.Context, events []domain.Event, outbox [
 	if len(events) == 0 && len(outbox) == 0 {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if len(events) > 0 {
-			if err := appendEvents(ctx, tx, events); err != nil {
-				return err
-			}
-		}
-		return publishOutbox(ctx, tx, outbox)
-	})
+	var w writeBatch
+	err := appendEvents(ctx, &w, events)
+	if err == nil {
+		err = publishOutbox(ctx, &w, outbox)
+	}
+	if err == nil {
+		err = w.send(ctx, s.pool)
+	}
 	if err != nil && len(events) == 0 {
 		return fmt.Errorf("write outbox: %w", err)
 	}
 	return s.translate(ctx, err, events)
 }
 
-func appendEvents(ctx context.Context, tx pgx.Tx, events []domain.Event) error {
+func appendEvents(ctx context.Context, tx execer, events []domain.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
 	_, err := tx.Exec(ctx, eventsAppend, eventColumnsOf(events)...)
 	return err
 }
 
-// eventColumnsOf turns events into the column arrays of eventsAppend.
+// eventColumnsOf turns events into the column arrays of eventsAppend, ordered by (delivery,
+// version). Every multi-row insert takes its unique-index entries in that one order, so two
+// transactions that insert rows of the same deliveries (a batch of worker records and a batch of
+// the relay's queued records, say) wait for each other in one direction only and never deadlock:
+// a deadlock costs a second (PostgreSQL's deadlock_timeout) before one of them is cancelled.
 func eventColumnsOf(events []domain.Event) []any {
+	events = slices.Clone(events)
+	slices.SortStableFunc(events, func(a, b domain.Event) int {
+		if c := strings.Compare(a.DeliveryID, b.DeliveryID); c != 0 {
+			return c
+		}
+		return a.Version - b.Version
+	})
 	n := len(events)
 	ids, tenants, types, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, data, times := make([]int32, n), make([]string, n), make([]time.Time, n)
@@ -233,34 +249,41 @@ func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord
 	var stored []byte
 	var replayed bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The lock and the read travel together; the read counts only if the lock was taken.
+		var check pgx.Batch
+		check.Queue(acceptRequestLock, acceptLockKey(rec.Tenant, rec.RequestKey))
+		check.Queue(acceptRequestGet, rec.Tenant, rec.RequestKey)
+		results := tx.SendBatch(ctx, &check)
 		var locked bool
-		if err := tx.QueryRow(ctx, acceptRequestLock, acceptLockKey(rec.Tenant, rec.RequestKey)).Scan(&locked); err != nil {
+		var hash []byte
+		lockErr := results.QueryRow().Scan(&locked)
+		getErr := results.QueryRow().Scan(&hash, &stored)
+		if err := errors.Join(lockErr, results.Close()); err != nil {
 			return err
 		}
 		if !locked {
 			return commands.ErrRequestInFlight
 		}
-		var hash []byte
-		err := tx.QueryRow(ctx, acceptRequestGet, rec.Tenant, rec.RequestKey).Scan(&hash, &stored)
 		switch {
-		case err == nil:
+		case getErr == nil:
 			if string(hash) != string(rec.RequestHash) {
 				return commands.ErrRequestMismatch
 			}
 			replayed = true
 			return nil
-		case !errors.Is(err, pgx.ErrNoRows):
+		case !errors.Is(getErr, pgx.ErrNoRows):
+			return getErr
+		}
+		var w writeBatch
+		if err := appendEvents(ctx, &w, rec.Events); err != nil {
 			return err
 		}
-		if err := appendEvents(ctx, tx, rec.Events); err != nil {
+		if err := publishOutbox(ctx, &w, rec.Outbox); err != nil {
 			return err
 		}
-		if err := publishOutbox(ctx, tx, rec.Outbox); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response))
+		_, _ = w.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response))
 		stored = rec.Response
-		return err
+		return w.send(ctx, tx)
 	})
 	switch {
 	case err == nil:

@@ -11,7 +11,6 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/deliveryledger/ledger/commands"
 )
@@ -63,7 +62,7 @@ var (
 // publishOutbox writes messages into the outbox inside tx, through a watermill-sql publisher bound
 // to the transaction and wrapped by watermill's forwarder, which records each message's
 // destination topic in an envelope.
-func publishOutbox(ctx context.Context, tx pgx.Tx, msgs []commands.OutboxMessage) error {
+func publishOutbox(ctx context.Context, tx execer, msgs []commands.OutboxMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -102,11 +101,12 @@ func publishOutbox(ctx context.Context, tx pgx.Tx, msgs []commands.OutboxMessage
 	return nil
 }
 
-// txExecutor lets a watermill-sql publisher write through a pgx transaction. The publisher only
-// ever calls ExecContext (one INSERT); the query methods exist to satisfy the interface.
+// txExecutor lets a watermill-sql publisher write through a pgx transaction or a writeBatch. The
+// publisher only ever calls ExecContext (one INSERT) and ignores its result; the query methods
+// exist to satisfy the interface.
 type txExecutor struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  execer
 }
 
 var _ wsql.ContextExecutor = txExecutor{}

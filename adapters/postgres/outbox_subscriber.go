@@ -20,7 +20,11 @@ type OutboxSubscriberConfig struct {
 	MaxWait time.Duration
 	// ResendInterval is the pause before a row whose publish failed is tried again.
 	ResendInterval time.Duration
-	Logger         *slog.Logger
+	// BeforeAck runs before the offset of a batch is committed, after every message of the batch
+	// was handed out and acked; an error leaves the offset where it was, so the batch is read
+	// and handed out again. The relay waits there for the broker's confirms of the batch.
+	BeforeAck func() error
+	Logger    *slog.Logger
 }
 
 // Relay tuning defaults.
@@ -52,8 +56,33 @@ func NewOutboxSubscriber(ctx context.Context, pool *pgxpool.Pool, cfg OutboxSubs
 		RetryInterval:  time.Second,
 		BackoffManager: &notifyBackoff{wake: wake, maxWait: cfg.MaxWait, retry: time.Second},
 		SchemaAdapter:  OutboxSchema,
-		OffsetsAdapter: OutboxOffsets,
+		OffsetsAdapter: gatedOffsets{OffsetsAdapter: OutboxOffsets, beforeAck: cfg.BeforeAck, logger: cfg.Logger},
 	}, logger)
+}
+
+// gatedOffsets is the outbox offsets adapter with a gate on the offset commit. watermill-sql
+// hands a batch's rows out one at a time and commits the batch's offset once, in the same
+// transaction, with the query AckMessageQuery builds; building it is the moment when every row
+// of the batch has been acked and nothing is committed yet. When beforeAck fails, the query
+// leaves the offset alone: the transaction commits nothing and the next poll reads the batch
+// again.
+type gatedOffsets struct {
+	wsql.OffsetsAdapter
+	beforeAck func() error
+	logger    *slog.Logger
+}
+
+// keepOffset is a query that changes nothing.
+var keepOffset = wsql.Query{Query: "SELECT 1"}
+
+func (g gatedOffsets) AckMessageQuery(topic string, row wsql.Row, consumerGroup string) wsql.Query {
+	if g.beforeAck != nil {
+		if err := g.beforeAck(); err != nil {
+			g.logger.Warn("outbox batch not acknowledged; it will be read again", "topic", topic, "err", err)
+			return keepOffset
+		}
+	}
+	return g.OffsetsAdapter.AckMessageQuery(topic, row, consumerGroup)
 }
 
 // notifyBackoff is a watermill-sql BackoffManager that, when a poll found nothing, waits for a

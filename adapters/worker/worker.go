@@ -91,9 +91,10 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 	}
 
 	var decision commands.StartDecision
+	var known *domain.Delivery
 	err = w.untilStored(ctx, 5, func() error {
 		var err error
-		decision, _, err = w.cmds.Start.Handle(ctx, commands.StartAttempt{
+		decision, known, err = w.cmds.Start.Handle(ctx, commands.StartAttempt{
 			Message:              msg,
 			Redelivered:          d.Redelivered,
 			Provider:             w.sender.Provider(),
@@ -126,7 +127,8 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqp.Verdict {
 	// redelivered message would find the attempt started and could only record "unknown".
 	err = w.untilStored(ctx, 0, func() error {
 		var err error
-		state, err = w.cmds.Record.Handle(ctx, commands.RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome})
+		state, err = w.cmds.Record.Handle(ctx, commands.RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome, Known: known})
+		known = nil // a retry after a failed write reads the stream again
 		return err
 	})
 	if err != nil {
