@@ -362,17 +362,22 @@ func (a *App) runRelay(ctx context.Context) error {
 
 func (a *App) runRelayShard(ctx context.Context, shard int) error {
 	wmLogger := watermill.NewSlogLogger(a.logger.With("role", "relay", "shard", shard))
+	cfg := amqp.RelayConfig{
+		URL:         a.cfg.AMQPURL,
+		OutboxTopic: postgres.OutboxTopicOf(shard),
+		OnConfirmed: a.recordQueued,
+	}
+	pub, err := amqp.NewPublisher(cfg, wmLogger)
+	if err != nil {
+		return err
+	}
 	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{
-		ConsumerGroup: relayConsumerGroup, Logger: a.logger,
+		ConsumerGroup: relayConsumerGroup, Logger: a.logger, BeforeAck: pub.Flush,
 	}, wmLogger)
 	if err != nil {
 		return err
 	}
-	relay, err := amqp.NewRelay(amqp.RelayConfig{
-		URL:         a.cfg.AMQPURL,
-		OutboxTopic: postgres.OutboxTopicOf(shard),
-		OnConfirmed: a.recordQueued,
-	}, sub, wmLogger)
+	relay, err := amqp.NewRelay(cfg, sub, pub, wmLogger)
 	if err != nil {
 		return err
 	}
