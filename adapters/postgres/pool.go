@@ -10,9 +10,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// ConnectOption adjusts the connections of a pool.
+type ConnectOption func(*pgxpool.Config)
+
+// AsyncCommit makes the pool's commits return before their WAL reaches the disk
+// (synchronous_commit=off): a database crash can lose the last few hundred milliseconds of them,
+// in commit order, and nothing else. Only for writes whose loss is harmless and which otherwise
+// cost a disk flush each: the relay's outbox offsets (a lost advance republishes the batch, which
+// consumers dedupe) and its queued records (a worker records a missing one when it takes the
+// message). An outbox read also flushes: it locks the offset row, so every poll is a commit.
+func AsyncCommit() ConnectOption {
+	return func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["synchronous_commit"] = "off" }
+}
+
 // Connect opens a pool. A non-empty schema is put first on every connection's search_path, so
 // that tests (and several deployments) can share one database.
-func Connect(ctx context.Context, url, schema string, maxConns int32) (*pgxpool.Pool, error) {
+func Connect(ctx context.Context, url, schema string, maxConns int32, opts ...ConnectOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -32,6 +45,9 @@ func Connect(ctx context.Context, url, schema string, maxConns int32) (*pgxpool.
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -43,7 +43,8 @@ type App struct {
 	listener net.Listener
 	server   *http.Server
 
-	queued    *commands.QueuedRecorder
+	queued    *commands.QueuedRecorder // the relay's; made by Run
+	relayPool *pgxpool.Pool            // the relay's connections, with asynchronous commit
 	workers   map[string]*worker.Worker
 	metrics   *metrics.Metrics
 	scheduler *fairshare.Scheduler
@@ -113,7 +114,6 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 	a.store = postgres.NewEventStore(a.pool)
 	clock := commands.SystemClock{}
 	policies := func(string) domain.RetryPolicy { return policy }
-	a.queued = commands.NewQueuedRecorder(a.store, clock, logger.With("role", "relay"))
 
 	if roles["worker"] {
 		allow, err := webhook.ParseCIDRs(cfg.WebhookAllowCIDRs)
@@ -261,6 +261,15 @@ func (a *App) Run(ctx context.Context) error {
 		}()
 	}
 	if a.roles["relay"] {
+		// The relay's own writes (outbox offsets, queued records) are safe to lose in a database
+		// crash, so they commit without waiting for the disk (see postgres.AsyncCommit).
+		relayPool, err := postgres.Connect(ctx, a.cfg.DatabaseURL, "", 4, postgres.AsyncCommit())
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		defer relayPool.Close()
+		a.relayPool = relayPool
+		a.queued = commands.NewQueuedRecorder(postgres.NewEventStore(relayPool), commands.SystemClock{}, a.logger.With("role", "relay"))
 		start("relay", a.runRelay)
 		start("queued recorder", a.queued.Run)
 		if a.cfg.RedriveAfter > 0 {
@@ -371,7 +380,7 @@ func (a *App) runRelayShard(ctx context.Context, shard int) error {
 	if err != nil {
 		return err
 	}
-	sub, err := postgres.NewOutboxSubscriber(ctx, a.pool, postgres.OutboxSubscriberConfig{
+	sub, err := postgres.NewOutboxSubscriber(ctx, a.relayPool, postgres.OutboxSubscriberConfig{
 		ConsumerGroup: relayConsumerGroup, Logger: a.logger, BeforeAck: pub.Flush,
 	}, wmLogger)
 	if err != nil {
