@@ -38,6 +38,8 @@ type benchOptions struct {
 	// Only lists the phases to run (postgres, rabbitmq, accept, rate, e2e, audit); empty is all.
 	// A partial run leaves out the ratios and targets it has no measurements for.
 	Only []string
+	// Logs receives the ledger's warnings and errors during the run (nil: discarded).
+	Logs io.Writer
 }
 
 // benchPhases are the phases of a run, in order.
@@ -135,7 +137,7 @@ func benchSchemaURL(dbURL, schema string) string {
 }
 
 // newBenchEnv creates a schema, migrates it and (if roles is not empty) starts a ledger on it.
-func newBenchEnv(ctx context.Context, base Config, name, roles string, opts ...appOption) (*benchEnv, error) {
+func newBenchEnv(ctx context.Context, base Config, logs io.Writer, name, roles string, opts ...appOption) (*benchEnv, error) {
 	schema := fmt.Sprintf("bench_%s_%d", name, time.Now().UnixNano()%1e9)
 	admin, err := pgx.Connect(ctx, base.DatabaseURL)
 	if err != nil {
@@ -165,7 +167,11 @@ func newBenchEnv(ctx context.Context, base Config, name, roles string, opts ...a
 	cfg.APIKeys = "bench:bench-key"
 	cfg.WebhookAllowCIDRs = "127.0.0.0/8"
 	cfg.HostConcurrency = 0
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logOut io.Writer = io.Discard
+	if logs != nil {
+		logOut = logs
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runCtx, cancel := context.WithCancel(context.Background())
 	env.app, err = buildApp(runCtx, cfg, logger, opts...)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +49,7 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 	}
 
 	// 1. Raw PostgreSQL: one event row + one outbox row per transaction.
-	pgEnv, err := track(newBenchEnv(ctx, base, "pg", ""))
+	pgEnv, err := track(newBenchEnv(ctx, base, opts.Logs, "pg", ""))
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func benchAccept(ctx context.Context, base Config, opts benchOptions, rep *bench
 	if !opts.runs("accept") {
 		return nil
 	}
-	apiEnv, err := track(newBenchEnv(ctx, base, "api", "api"))
+	apiEnv, err := track(newBenchEnv(ctx, base, opts.Logs, "api", "api"))
 	if err != nil {
 		return err
 	}
@@ -151,12 +152,18 @@ func benchAccept(ctx context.Context, base Config, opts benchOptions, rep *bench
 // request's scheduled send time, and the relay lag on the way.
 func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchReport, sink *benchSink, track benchTrack, out io.Writer) error {
 	var relayLag latencies
-	fixed, err := track(newBenchEnv(ctx, base, "rate", "api,relay,worker", withRelayObserver(relayLag.add)))
+	var measuring atomic.Bool // relay lags of the warm-up are not counted either
+	observe := func(d time.Duration) {
+		if measuring.Load() {
+			relayLag.add(d)
+		}
+	}
+	fixed, err := track(newBenchEnv(ctx, base, opts.Logs, "rate", "api,relay,worker", withRelayObserver(observe)))
 	if err != nil {
 		return err
 	}
 	defer fixed.stop(base)
-	lat, counts, err := benchFixedRate(ctx, fixed, sink.url, opts.Rate, opts.RateFor)
+	lat, counts, err := benchFixedRate(ctx, fixed, sink.url, opts.Rate, opts.RateFor, func() { measuring.Store(true) })
 	if err != nil {
 		return err
 	}
@@ -170,6 +177,7 @@ func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchRe
 	rep.LatencyMS[fmt.Sprintf("e2e_p99_at_%d", opts.Rate)] = percentile(lat, .99)
 	rep.Samples[fmt.Sprintf("end to end at %d/s", opts.Rate)] = lat
 	benchLog(out, "end to end at %d/s: p50 %6.2f ms  p99 %6.2f ms  (%d deliveries, from scheduled send to recorded delivery)", opts.Rate, percentile(lat, .5), percentile(lat, .99), len(lat))
+	benchStages(ctx, fixed, fmt.Sprintf("at %d/s", opts.Rate), rep, out)
 	rl := relayLag.sorted()
 	rep.LatencyMS["relay_lag_p50"] = percentile(rl, .5)
 	rep.LatencyMS["relay_lag_p99"] = percentile(rl, .99)
@@ -182,7 +190,7 @@ func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchRe
 // backlog, count deliveries; then waits for the run to balance.
 func benchE2E(ctx context.Context, base Config, opts benchOptions, rep *benchReport, mq float64, sink *benchSink, track benchTrack, out io.Writer) error {
 	var sustainedLag latencies
-	e2e, err := track(newBenchEnv(ctx, base, "e2e", "api,relay,worker", withRelayObserver(sustainedLag.add)))
+	e2e, err := track(newBenchEnv(ctx, base, opts.Logs, "e2e", "api,relay,worker", withRelayObserver(sustainedLag.add)))
 	if err != nil {
 		return err
 	}
@@ -203,6 +211,7 @@ func benchE2E(ctx context.Context, base Config, opts benchOptions, rep *benchRep
 	if err != nil {
 		return err
 	}
+	benchStages(ctx, e2e, "sustained", rep, out)
 	for k, v := range balance {
 		rep.Counts["sustained_"+k] = v
 	}
@@ -214,7 +223,7 @@ func benchE2E(ctx context.Context, base Config, opts benchOptions, rep *benchRep
 
 // benchAuditPhase times one delivery's history with a large log.
 func benchAuditPhase(ctx context.Context, base Config, opts benchOptions, rep *benchReport, track benchTrack, out io.Writer) error {
-	audit, err := track(newBenchEnv(ctx, base, "audit", "api"))
+	audit, err := track(newBenchEnv(ctx, base, opts.Logs, "audit", "api"))
 	if err != nil {
 		return err
 	}
@@ -473,10 +482,18 @@ func stateCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]int, error
 	return counts, rows.Err()
 }
 
+// benchWarmUp is how long the fixed-rate run sends before the requests it measures: a new
+// ledger opens its database connections and fills their caches in its first second, which is
+// not the steady state the run reports. The warm-up requests are sent on the same schedule,
+// just not counted.
+const benchWarmUp = 2 * time.Second
+
 // benchFixedRate sends at a fixed rate (open loop: each request at its scheduled time, however
-// slow the previous ones) and measures scheduled send → delivered event recorded.
-func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int, d time.Duration) ([]float64, map[string]int, error) {
-	total := int(float64(rate) * d.Seconds())
+// slow the previous ones) and measures scheduled send → delivered event recorded, for the
+// requests after the warm-up.
+func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int, d time.Duration, measuring func()) ([]float64, map[string]int, error) {
+	warm := int(float64(rate) * benchWarmUp.Seconds())
+	total := warm + int(float64(rate)*d.Seconds())
 	interval := time.Second / time.Duration(rate)
 	scheduled := make(map[string]time.Time, total)
 	var mu sync.Mutex
@@ -486,6 +503,9 @@ func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int
 	for i := range total {
 		at := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(at))
+		if i == warm {
+			measuring()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -495,7 +515,11 @@ func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int
 				return
 			}
 			mu.Lock()
-			scheduled[id] = at
+			if i >= warm {
+				scheduled[id] = at
+			} else {
+				scheduled[id] = time.Time{} // counted in the balance, not timed
+			}
 			mu.Unlock()
 		}()
 	}
@@ -519,9 +543,46 @@ func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int
 		if err := rows.Scan(&id, &at); err != nil {
 			return nil, nil, err
 		}
-		if s, ok := scheduled[id]; ok {
+		if s, ok := scheduled[id]; ok && !s.IsZero() {
 			lat.add(at.Sub(s))
 		}
 	}
 	return lat.sorted(), counts, rows.Err()
+}
+
+// benchStages reports where a run's deliveries spent their time, from the recorded_at of their
+// events (each taken when the command decided, just before its commit): accepted → queued is
+// the relay (commit, outbox read, broker confirm), queued → started the wait in RabbitMQ for a
+// worker, started → delivered the provider call and the outcome's commit.
+func benchStages(ctx context.Context, env *benchEnv, run string, rep *benchReport, out io.Writer) {
+	rows, err := env.pool.Query(ctx, `WITH t AS (
+		SELECT delivery_id,
+			min(recorded_at) FILTER (WHERE type = 'delivery.accepted') AS acc,
+			min(recorded_at) FILTER (WHERE type = 'delivery.queued') AS q,
+			min(recorded_at) FILTER (WHERE type = 'delivery.attempt_started') AS st,
+			min(recorded_at) FILTER (WHERE type = 'delivery.delivered') AS del
+		FROM events GROUP BY delivery_id)
+	SELECT stage, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
+	FROM (SELECT 1 AS n, 'accepted_to_queued' AS stage, extract(epoch FROM q - acc)*1000 AS ms FROM t WHERE q IS NOT NULL
+		UNION ALL SELECT 2, 'queued_to_started', extract(epoch FROM st - q)*1000 FROM t WHERE q IS NOT NULL AND st IS NOT NULL
+		UNION ALL SELECT 3, 'started_to_delivered', extract(epoch FROM del - st)*1000 FROM t WHERE del IS NOT NULL) x
+	GROUP BY n, stage ORDER BY n`)
+	if err != nil {
+		benchLog(out, "stages %s: %v", run, err)
+		return
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var stage string
+		var p50, p99 float64
+		if err := rows.Scan(&stage, &p50, &p99); err != nil {
+			benchLog(out, "stages %s: %v", run, err)
+			return
+		}
+		key := "stage_" + strings.ReplaceAll(run, " ", "") + "_" + stage
+		rep.LatencyMS[key+"_p50"], rep.LatencyMS[key+"_p99"] = p50, p99
+		parts = append(parts, fmt.Sprintf("%s p50 %.1f p99 %.1f", strings.ReplaceAll(stage, "_", " "), p50, p99))
+	}
+	benchLog(out, "  where the time went (%s, ms): %s", run, strings.Join(parts, "; "))
 }

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
 	benchFS.StringVar(&bopts.Out, "out", "", "also write the JSON report to this file")
 	benchFS.StringVar(&bopts.ResultsDir, "results-dir", "bench/results", "directory for the timestamped JSON report and SVG chart")
+	benchProfile := benchFS.String("cpuprofile", "", "write a CPU profile of the whole run (ledger and load generator, one process) to this file")
+	benchVerbose := benchFS.Bool("verbose", false, "also print the ledger's own warnings and errors during the run")
 	benchOnly := benchFS.String("only", "", "run only these phases, comma-separated ("+strings.Join(benchPhases, ",")+"); ratios need their baseline phase")
 	bench := &ffcli.Command{
 		Name:       "bench",
@@ -106,6 +110,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
 			bopts.applyQuick()
+			if *benchVerbose {
+				bopts.Logs = stderr
+			}
 			if *benchOnly != "" {
 				for _, p := range strings.Split(*benchOnly, ",") {
 					if p = strings.TrimSpace(p); !slices.Contains(benchPhases, p) {
@@ -113,6 +120,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					}
 					bopts.Only = append(bopts.Only, strings.TrimSpace(p))
 				}
+			}
+			if *benchProfile != "" {
+				f, err := os.Create(*benchProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
 			}
 			rep, err := runBench(ctx, benchCfg, bopts, stderr)
 			if err != nil {
