@@ -140,88 +140,82 @@ func (b *AcceptBatcher) commit(batch []*acceptCall) {
 func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error) {
 	answers := make([]acceptAnswer, len(calls))
 	ctx := context.Background()
-	err := pgx.BeginFunc(ctx, b.store.pool, func(tx pgx.Tx) error {
-		lockKeys := make([]string, len(calls))
-		tenants, keys := make([]string, len(calls)), make([]string, len(calls))
-		for i, c := range calls {
-			lockKeys[i] = acceptLockKey(c.rec.Tenant, c.rec.RequestKey)
-			tenants[i], keys[i] = c.rec.Tenant, c.rec.RequestKey
-		}
-		// The locks and the read travel together; a row read counts only where its lock was taken.
-		var check pgx.Batch
-		check.Queue(acceptRequestLockMany, lockKeys)
-		check.Queue(acceptRequestGetMany, tenants, keys)
-		results := tx.SendBatch(ctx, &check)
+	lockKeys := make([]string, len(calls))
+	tenants, keys := make([]string, len(calls)), make([]string, len(calls))
+	for i, c := range calls {
+		lockKeys[i] = acceptLockKey(c.rec.Tenant, c.rec.RequestKey)
+		tenants[i], keys[i] = c.rec.Tenant, c.rec.RequestKey
+	}
+	// BEGIN, the locks and the read travel together; a row read counts only where its lock was
+	// taken. The writes travel with COMMIT.
+	type stored struct{ hash, response []byte }
+	existing := map[string]stored{}
+	var locked []bool
+	reads := []*pgx.QueuedQuery{
+		{SQL: acceptRequestLockMany, Arguments: []any{lockKeys}},
+		{SQL: acceptRequestGetMany, Arguments: []any{tenants, keys}},
+	}
+	conn, err := beginWith(ctx, b.store.pool, reads, func(results pgx.BatchResults) error {
 		rows, err := results.Query()
 		if err != nil {
-			_ = results.Close()
 			return err
 		}
-		locked, err := pgx.CollectRows(rows, pgx.RowTo[bool])
-		if err != nil {
-			_ = results.Close()
+		if locked, err = pgx.CollectRows(rows, pgx.RowTo[bool]); err != nil {
 			return err
 		}
-		type stored struct{ hash, response []byte }
-		existing := map[string]stored{}
-		rows, err = results.Query()
-		if err != nil {
-			_ = results.Close()
+		if rows, err = results.Query(); err != nil {
 			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var tenant, key string
 			var s stored
 			if err := rows.Scan(&tenant, &key, &s.hash, &s.response); err != nil {
-				rows.Close()
-				_ = results.Close()
 				return err
 			}
 			existing[acceptLockKey(tenant, key)] = s
 		}
-		if err := errors.Join(rows.Err(), results.Close()); err != nil {
-			return err
-		}
-
-		seen := map[string]bool{}
-		var newTenants, newKeys, newResponses []string
-		var newHashes [][]byte
-		var events = calls[0].rec.Events[:0:0]
-		var outbox []commands.OutboxMessage
-		for i, c := range calls {
-			k := lockKeys[i]
-			switch s, found := existing[k]; {
-			case !locked[i] || seen[k]:
-				// Another transaction, or an earlier request of this batch, holds the key.
-				answers[i] = acceptAnswer{err: commands.ErrRequestInFlight}
-			case found && string(s.hash) == string(c.rec.RequestHash):
-				answers[i] = acceptAnswer{response: s.response, replayed: true}
-			case found:
-				answers[i] = acceptAnswer{err: commands.ErrRequestMismatch}
-			default:
-				answers[i] = acceptAnswer{response: c.rec.Response}
-				events = append(events, c.rec.Events...)
-				outbox = append(outbox, c.rec.Outbox...)
-				newTenants = append(newTenants, c.rec.Tenant)
-				newKeys = append(newKeys, c.rec.RequestKey)
-				newHashes = append(newHashes, c.rec.RequestHash)
-				newResponses = append(newResponses, string(c.rec.Response))
-			}
-			seen[k] = true
-		}
-		var w writeBatch
-		if err := appendEvents(ctx, &w, events); err != nil {
-			return err
-		}
-		if err := publishOutbox(ctx, &w, outbox); err != nil {
-			return err
-		}
-		if len(newKeys) > 0 {
-			_, _ = w.Exec(ctx, acceptRequestPutMany, newTenants, newKeys, newHashes, newResponses)
-		}
-		return w.send(ctx, tx)
+		return rows.Err()
 	})
 	if err != nil {
+		return nil, errors.Join(errors.New("shared accept transaction"), err)
+	}
+
+	seen := map[string]bool{}
+	var newTenants, newKeys, newResponses []string
+	var newHashes [][]byte
+	var events = calls[0].rec.Events[:0:0]
+	var outbox []commands.OutboxMessage
+	for i, c := range calls {
+		k := lockKeys[i]
+		switch s, found := existing[k]; {
+		case !locked[i] || seen[k]:
+			// Another transaction, or an earlier request of this batch, holds the key.
+			answers[i] = acceptAnswer{err: commands.ErrRequestInFlight}
+		case found && string(s.hash) == string(c.rec.RequestHash):
+			answers[i] = acceptAnswer{response: s.response, replayed: true}
+		case found:
+			answers[i] = acceptAnswer{err: commands.ErrRequestMismatch}
+		default:
+			answers[i] = acceptAnswer{response: c.rec.Response}
+			events = append(events, c.rec.Events...)
+			outbox = append(outbox, c.rec.Outbox...)
+			newTenants = append(newTenants, c.rec.Tenant)
+			newKeys = append(newKeys, c.rec.RequestKey)
+			newHashes = append(newHashes, c.rec.RequestHash)
+			newResponses = append(newResponses, string(c.rec.Response))
+		}
+		seen[k] = true
+	}
+	var w writeBatch
+	if err := errors.Join(appendEvents(ctx, &w, events), publishOutbox(ctx, &w, outbox)); err != nil {
+		rollback(ctx, conn)
+		return nil, errors.Join(errors.New("shared accept transaction"), err)
+	}
+	if len(newKeys) > 0 {
+		_, _ = w.Exec(ctx, acceptRequestPutMany, newTenants, newKeys, newHashes, newResponses)
+	}
+	if err := commitWith(ctx, conn, &w); err != nil {
 		return nil, errors.Join(errors.New("shared accept transaction"), err)
 	}
 	return answers, nil

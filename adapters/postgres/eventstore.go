@@ -248,43 +248,50 @@ const (
 func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
 	var stored []byte
 	var replayed bool
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The lock and the read travel together; the read counts only if the lock was taken.
-		var check pgx.Batch
-		check.Queue(acceptRequestLock, acceptLockKey(rec.Tenant, rec.RequestKey))
-		check.Queue(acceptRequestGet, rec.Tenant, rec.RequestKey)
-		results := tx.SendBatch(ctx, &check)
+	err := func() error {
+		// BEGIN, the lock and the read travel together; the read counts only if the lock was
+		// taken. The writes travel with COMMIT.
 		var locked bool
 		var hash []byte
-		lockErr := results.QueryRow().Scan(&locked)
-		getErr := results.QueryRow().Scan(&hash, &stored)
-		if err := errors.Join(lockErr, results.Close()); err != nil {
+		var getErr error
+		reads := []*pgx.QueuedQuery{
+			{SQL: acceptRequestLock, Arguments: []any{acceptLockKey(rec.Tenant, rec.RequestKey)}},
+			{SQL: acceptRequestGet, Arguments: []any{rec.Tenant, rec.RequestKey}},
+		}
+		conn, err := beginWith(ctx, s.pool, reads, func(results pgx.BatchResults) error {
+			if err := results.QueryRow().Scan(&locked); err != nil {
+				return err
+			}
+			getErr = results.QueryRow().Scan(&hash, &stored)
+			return nil
+		})
+		if err != nil {
 			return err
 		}
-		if !locked {
-			return commands.ErrRequestInFlight
-		}
 		switch {
+		case !locked:
+			rollback(ctx, conn)
+			return commands.ErrRequestInFlight
 		case getErr == nil:
+			rollback(ctx, conn)
 			if string(hash) != string(rec.RequestHash) {
 				return commands.ErrRequestMismatch
 			}
 			replayed = true
 			return nil
 		case !errors.Is(getErr, pgx.ErrNoRows):
+			rollback(ctx, conn)
 			return getErr
 		}
 		var w writeBatch
-		if err := appendEvents(ctx, &w, rec.Events); err != nil {
-			return err
-		}
-		if err := publishOutbox(ctx, &w, rec.Outbox); err != nil {
+		if err := errors.Join(appendEvents(ctx, &w, rec.Events), publishOutbox(ctx, &w, rec.Outbox)); err != nil {
+			rollback(ctx, conn)
 			return err
 		}
 		_, _ = w.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response))
 		stored = rec.Response
-		return w.send(ctx, tx)
-	})
+		return commitWith(ctx, conn, &w)
+	}()
 	switch {
 	case err == nil:
 		return stored, replayed, nil

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -52,3 +53,40 @@ func (w *writeBatch) send(ctx context.Context, db interface {
 var _ interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 } = (*pgxpool.Pool)(nil)
+
+// beginWith opens a transaction on a pooled connection, sending BEGIN together with the
+// transaction's reads; read consumes their results. Close the transaction with commitWith or
+// rollback. With pgx.Tx, BEGIN and COMMIT would each cost a round trip of their own.
+func beginWith(ctx context.Context, pool *pgxpool.Pool, reads []*pgx.QueuedQuery, read func(pgx.BatchResults) error) (*pgxpool.Conn, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.QueuedQueries = append(batch.QueuedQueries, reads...)
+	results := conn.SendBatch(ctx, batch)
+	_, err = results.Exec()
+	if err == nil {
+		err = read(results)
+	}
+	if err = errors.Join(err, results.Close()); err != nil {
+		conn.Release() // the pool closes a connection left inside a transaction
+		return nil, err
+	}
+	return conn, nil
+}
+
+// commitWith sends w's statements and COMMIT in one round trip and gives the connection back. If
+// a statement fails, the statements after it, COMMIT included, are not run.
+func commitWith(ctx context.Context, conn *pgxpool.Conn, w *writeBatch) error {
+	defer conn.Release()
+	_, _ = w.Exec(ctx, "COMMIT")
+	return w.send(ctx, conn)
+}
+
+// rollback ends the transaction without writing and gives the connection back.
+func rollback(ctx context.Context, conn *pgxpool.Conn) {
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+	conn.Release()
+}
