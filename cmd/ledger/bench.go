@@ -166,7 +166,8 @@ func newBenchEnv(ctx context.Context, base Config, logs io.Writer, name, roles s
 	cfg.Roles = roles
 	cfg.APIKeys = "bench:bench-key"
 	cfg.WebhookAllowCIDRs = "127.0.0.0/8"
-	cfg.HostConcurrency = 0
+	cfg.HostConcurrency = 0 // one local sink takes everything: no per-host limit
+	cfg.WorkerConcurrency = base.WorkerConcurrency
 	var logOut io.Writer = io.Discard
 	if logs != nil {
 		logOut = logs

@@ -409,7 +409,7 @@ func benchSustained(ctx context.Context, env *benchEnv, sink *benchSink, d time.
 	base := sink.received.Load()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := closedLoop(16, d, func() error {
+		_, _, err := closedLoop(64, d, func() error {
 			for sent.Load()-(sink.received.Load()-base) > sustainedBacklog {
 				time.Sleep(time.Millisecond)
 			}

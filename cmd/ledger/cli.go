@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchCfg := defaultConfig()
 	benchFS.StringVar(&benchCfg.DatabaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (the benchmark works in its own schemas and drops them)")
 	benchFS.StringVar(&benchCfg.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL (the benchmark uses its own queue prefix and deletes it)")
+	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 16); the sink is fast, so slots wait mostly on commits")
 	var bopts benchOptions
 	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about a minute in all)")
 	benchFS.DurationVar(&bopts.Phase, "phase", 10*time.Second, "duration of each throughput measurement")
