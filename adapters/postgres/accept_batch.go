@@ -40,7 +40,7 @@ type acceptAnswer struct {
 
 // Group commit defaults: a few committers overlap one batch's fsync with the next one's work.
 const (
-	DefaultAcceptCommitters = 4
+	DefaultAcceptCommitters = 2
 	DefaultAcceptBatch      = 128
 )
 
