@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+)
+
+// TestBenchFixedRateRunBalances runs the benchmark's fixed-rate phase at a small scale against
+// the real services: every request sent is accounted for, only the warm-up is left untimed, and
+// a partial run lists only the targets it measured.
+func TestBenchFixedRateRunBalances(t *testing.T) {
+	t.Parallel()
+	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
+	base := defaultConfig()
+	base.DatabaseURL = pgtest.URL()
+	base.AMQPURL = amqptest.URL()
+	base.WorkerConcurrency = 8
+	opts := benchOptions{Only: []string{"rate"}, Rate: 50, RateFor: time.Second, ResultsDir: t.TempDir()}
+	var out bytes.Buffer
+	rep, err := runBench(context.Background(), base, opts, &out)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	if rep.Void {
+		t.Fatalf("run is void: %s", rep.VoidReason)
+	}
+	sent := 50 * int((benchWarmUp + time.Second).Seconds())
+	if rep.Counts["rate_sent"] != sent || rep.Counts["rate_delivered"] != sent {
+		t.Fatalf("counts %v, want %d sent and delivered", rep.Counts, sent)
+	}
+	if got := len(rep.Samples["end to end at 50/s"]); got != 50 {
+		t.Fatalf("%d timed deliveries, want the 50 after the warm-up", got)
+	}
+	if p99 := rep.LatencyMS["e2e_p99_at_50"]; p99 <= 0 {
+		t.Fatalf("p99 %v", p99)
+	}
+	var names []string
+	for _, target := range rep.Targets {
+		names = append(names, target.Name)
+	}
+	if got := strings.Join(names, ","); got != "e2e_p99_at_50,relay_lag_p50" {
+		t.Fatalf("targets %s, want only the two this phase measures", got)
+	}
+	if !strings.Contains(out.String(), "where the time went") {
+		t.Fatalf("no stage breakdown in\n%s", out.String())
+	}
+}
