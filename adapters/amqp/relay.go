@@ -183,6 +183,15 @@ func (p *Publisher) Flush() error {
 	return nil
 }
 
+// Ready reports whether the broker can take messages now, connecting if needed (at most once
+// per second while it is unreachable).
+func (p *Publisher) Ready() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.channel()
+	return err
+}
+
 // Close closes the connection.
 func (p *Publisher) Close() error {
 	p.mu.Lock()

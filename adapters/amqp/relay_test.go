@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
@@ -114,6 +115,61 @@ func TestRelayMovesEveryRowAcrossBrokerOutage(t *testing.T) {
 		flushes, failed, firstErr)
 }
 
+// TestRelayHoldsNoTransactionWhileTheBrokerIsDown: while the broker is unreachable the relay
+// waits outside any transaction. A poll's transaction holds a transaction id, and while one is
+// open no gap-safe reader of the cluster (the projector, every other relay) can read past it, so
+// a broker outage must not freeze the status views. When the broker is back, every row moves.
+func TestRelayHoldsNoTransactionWhileTheBrokerIsDown(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	queue := declareQueue(t)
+	proxy := newBrokerProxy(t)
+	proxy.Cut()
+
+	// The relay's own connections carry a name, to find them in pg_stat_activity.
+	app := "relay-test-" + uuid.NewString()[:8]
+	sep := "?"
+	if strings.Contains(schema.URL, "?") {
+		sep = "&"
+	}
+	pool, err := postgres.Connect(context.Background(), schema.URL+sep+"application_name="+app, "", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	r := startRelayOn(t, pool, proxy.rewrite(amqptest.URL()), nil, nil)
+	defer r.stop()
+	// Let the relay make its first poll (which nothing gates) on the empty outbox.
+	time.Sleep(500 * time.Millisecond)
+	ids := appendOutbox(t, store, queue, nil, 20, 0)
+
+	samples, held := 0, 0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var n int
+		err := schema.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL`, app).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples++
+		if n > 0 {
+			held++
+		}
+	}
+	if held > 0 {
+		t.Fatalf("with the broker down, the relay held a transaction id in %d of %d samples", held, samples)
+	}
+
+	proxy.Restore()
+	waitOffsetAtEnd(t, schema, r.group, 10*time.Second)
+	r.stop()
+	delivered := drainQueue(t, amqptest.Dial(t), queue)
+	if missing := missingIDs(ids, delivered.counts()); len(missing) > 0 {
+		t.Fatalf("%d of %d rows never reached the queue after the broker came back", len(missing), len(ids))
+	}
+}
+
 // TestRelayDoesNotAckABatchWhoseConfirmFailed shows that when OnConfirmed fails (once, for one
 // message in the middle of a batch), the relay does not move its offset past that batch: the
 // whole batch is read and published again, so each of its messages arrives twice, while the
@@ -206,6 +262,12 @@ type relayUnderTest struct {
 // relay stops when the test ends, before its schema is dropped.
 func startRelay(t *testing.T, schema *pgtest.Schema, amqpURL string, onConfirmed amqp.Confirmed, beforeFlush func(batch int)) *relayUnderTest {
 	t.Helper()
+	return startRelayOn(t, schema.Pool, amqpURL, onConfirmed, beforeFlush)
+}
+
+// startRelayOn is startRelay with the relay's database connections taken from pool.
+func startRelayOn(t *testing.T, pool *pgxpool.Pool, amqpURL string, onConfirmed amqp.Confirmed, beforeFlush func(batch int)) *relayUnderTest {
+	t.Helper()
 	logger, wmLogger := relayLoggers()
 	r := &relayUnderTest{group: "relay-test-" + uuid.NewString()[:8], done: make(chan error, 1), t: t}
 	cfg := amqp.RelayConfig{
@@ -220,9 +282,10 @@ func startRelay(t *testing.T, schema *pgtest.Schema, amqpURL string, onConfirmed
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	sub, err := postgres.NewOutboxSubscriber(ctx, schema.Pool, postgres.OutboxSubscriberConfig{
+	sub, err := postgres.NewOutboxSubscriber(ctx, pool, postgres.OutboxSubscriberConfig{
 		ConsumerGroup: r.group,
 		Logger:        logger,
+		Ready:         pub.Ready,
 		BeforeAck: func() error {
 			r.mu.Lock()
 			r.flushes++

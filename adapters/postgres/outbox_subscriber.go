@@ -26,13 +26,21 @@ type OutboxSubscriberConfig struct {
 	// was handed out and acked; an error leaves the offset where it was, so the batch is read
 	// and handed out again. The relay waits there for the broker's confirms of the batch.
 	BeforeAck func() error
-	Logger    *slog.Logger
+	// Ready, when set, is asked before every poll whether the rows could be moved on now (the
+	// relay: is the broker reachable?). While it says no, the subscriber waits outside any
+	// transaction: a poll's transaction holds a transaction id, and while one is open every
+	// gap-safe reader of the cluster (the projector, other relays) is held back.
+	Ready  func() error
+	Logger *slog.Logger
 }
 
 // Relay tuning defaults.
 const (
 	DefaultRelayMaxWait        = 250 * time.Millisecond
 	DefaultRelayResendInterval = 100 * time.Millisecond
+	// relayAckDeadline bounds how long one row may go unacknowledged inside a poll's transaction
+	// (the broker went away mid-batch); then the batch is given up and read again later.
+	relayAckDeadline = 3 * time.Second
 )
 
 // NewOutboxSubscriber returns the watermill-sql subscriber that reads the outbox in gap-safe
@@ -51,13 +59,15 @@ func NewOutboxSubscriber(ctx context.Context, pool *pgxpool.Pool, cfg OutboxSubs
 		cfg.Logger = slog.Default()
 	}
 	wake := newNotifyWaker(ctx, pool, OutboxNotifyChannel, cfg.Logger)
+	ackDeadline := relayAckDeadline
 	return wsql.NewSubscriber(stdlib.OpenDBFromPool(pool), wsql.SubscriberConfig{
 		ConsumerGroup:  cfg.ConsumerGroup,
+		AckDeadline:    &ackDeadline,
 		PollInterval:   cfg.MaxWait,
 		ResendInterval: cfg.ResendInterval,
 		RetryInterval:  time.Second,
-		BackoffManager: &notifyBackoff{wake: wake, maxWait: cfg.MaxWait, retry: time.Second,
-			visible: visibleCheck(pool, OutboxTopic, cfg.ConsumerGroup)},
+		BackoffManager: &notifyBackoff{ctx: ctx, wake: wake, maxWait: cfg.MaxWait, retry: time.Second,
+			visible: visibleCheck(pool, OutboxTopic, cfg.ConsumerGroup), ready: cfg.Ready, logger: cfg.Logger},
 		SchemaAdapter:  OutboxSchema,
 		OffsetsAdapter: gatedOffsets{OffsetsAdapter: OutboxOffsets, beforeAck: cfg.BeforeAck, logger: cfg.Logger},
 	}, logger)
@@ -100,6 +110,7 @@ func (g gatedOffsets) AckMessageQuery(topic string, row wsql.Row, consumerGroup 
 // row (three round trips and a commit), and at a few hundred deliveries a second the empty ones
 // were a third of all the relay's database work.
 type notifyBackoff struct {
+	ctx     context.Context
 	wake    <-chan struct{}
 	maxWait time.Duration
 	retry   time.Duration
@@ -107,6 +118,9 @@ type notifyBackoff struct {
 	visible func() bool
 	// recheck counts the short looks left.
 	recheck int
+	// ready is asked before every poll (see OutboxSubscriberConfig.Ready).
+	ready  func() error
+	logger *slog.Logger
 }
 
 // Recheck schedule after a notification or a batch.
@@ -116,6 +130,43 @@ const (
 )
 
 func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
+	wait := b.next(logger, noMsg, err)
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-b.ctx.Done():
+			return 0
+		}
+	}
+	b.untilReady()
+	return 0
+}
+
+// untilReady holds the next poll, outside any transaction, while ready says no.
+func (b *notifyBackoff) untilReady() {
+	if b.ready == nil {
+		return
+	}
+	for failures := 0; b.ctx.Err() == nil; failures++ {
+		err := b.ready()
+		if err == nil {
+			if failures > 0 {
+				b.logger.Info("outbox relay can move rows again", "waited_polls", failures)
+			}
+			return
+		}
+		if failures == 0 {
+			b.logger.Warn("outbox relay waits: rows cannot be moved now", "err", err)
+		}
+		select {
+		case <-time.After(b.retry):
+		case <-b.ctx.Done():
+		}
+	}
+}
+
+// next decides how long to wait before the next poll.
+func (b *notifyBackoff) next(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	if err != nil {
 		logger.Error("outbox poll failed", err, watermill.LogFields{"retry_in": b.retry})
 		return b.retry
@@ -134,6 +185,8 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		case <-b.wake:
 			b.recheck = notifyRechecks
 		case <-time.After(notifyRecheckPeriod):
+		case <-b.ctx.Done():
+			return 0
 		}
 		if b.visible == nil || b.visible() {
 			return 0
@@ -145,6 +198,7 @@ func (b *notifyBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, 
 		// shortly (see the type's comment).
 		b.recheck = notifyRechecks
 	case <-time.After(b.maxWait):
+	case <-b.ctx.Done():
 	}
 	return 0
 }

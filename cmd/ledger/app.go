@@ -381,7 +381,7 @@ func (a *App) runRelayShard(ctx context.Context, shard int) error {
 		return err
 	}
 	sub, err := postgres.NewOutboxSubscriber(ctx, a.relayPool, postgres.OutboxSubscriberConfig{
-		ConsumerGroup: relayConsumerGroup, Logger: a.logger, BeforeAck: pub.Flush,
+		ConsumerGroup: relayConsumerGroup, Logger: a.logger, BeforeAck: pub.Flush, Ready: pub.Ready,
 	}, wmLogger)
 	if err != nil {
 		return err
