@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -45,7 +43,7 @@ func TestRelayMovesEveryRowAcrossBrokerOutage(t *testing.T) {
 
 	confirmed := newIDCounter()
 	cutAt := make(chan struct{})
-	r := startRelay(t, schema, proxy.rewrite(amqptest.URL()),
+	r := startRelay(t, schema, proxy.Rewrite(amqptest.URL()),
 		func(_ context.Context, topic string, msg *message.Message) error {
 			if topic != queue {
 				t.Errorf("OnConfirmed for topic %q, want %q", topic, queue)
@@ -138,7 +136,7 @@ func TestRelayHoldsNoTransactionWhileTheBrokerIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	r := startRelayOn(t, pool, proxy.rewrite(amqptest.URL()), nil, nil)
+	r := startRelayOn(t, pool, proxy.Rewrite(amqptest.URL()), nil, nil)
 	defer r.stop()
 	// Let the relay make its first poll (which nothing gates) on the empty outbox.
 	time.Sleep(500 * time.Millisecond)
@@ -511,116 +509,12 @@ func missingIDs(ids []string, seen map[string]int) []string {
 	return missing
 }
 
-// brokerProxy is a TCP relay in front of the real RabbitMQ that a test can cut and restore.
-// pgtest.Proxy cannot serve here: it always targets the test database's host.
-type brokerProxy struct {
-	target   string
-	listener net.Listener
-	wg       sync.WaitGroup
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-}
-
-// newBrokerProxy starts a proxy to the test broker; it stops, with all its connections, when the
-// test ends.
-func newBrokerProxy(t *testing.T) *brokerProxy {
+// newBrokerProxy starts a cuttable proxy to the test broker; it stops with the test.
+func newBrokerProxy(t *testing.T) *pgtest.Proxy {
 	t.Helper()
 	u, err := url.Parse(amqptest.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &brokerProxy{target: u.Host, listener: l, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		l.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// rewrite returns rawURL with its host replaced by the proxy's address.
-func (p *brokerProxy) rewrite(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return rawURL
-	}
-	u.Host = p.listener.Addr().String()
-	return u.String()
-}
-
-func (p *brokerProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.listener.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.wg.Add(1)
-		p.mu.Unlock()
-		go p.pipe(c)
-	}
-}
-
-func (p *brokerProxy) pipe(client net.Conn) {
-	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		client.Close()
-		server.Close()
-		return
-	}
-	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src) // ends when either side closes, or on Cut
-		done <- struct{}{}
-	}
-	go cp(server, client)
-	go cp(client, server)
-	<-done
-	client.Close()
-	server.Close()
-	<-done
-	p.mu.Lock()
-	delete(p.conns, client)
-	delete(p.conns, server)
-	p.mu.Unlock()
-}
-
-// Cut drops every connection and refuses new ones until Restore.
-func (p *brokerProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-// Restore accepts connections again.
-func (p *brokerProxy) Restore() {
-	p.mu.Lock()
-	p.cut = false
-	p.mu.Unlock()
+	return pgtest.NewProxyTo(t, u.Host)
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// Proxy is a TCP relay in front of the real database that a test can cut and restore, to show
-// what the ledger does while its database is unreachable. It is a network fault, not a fake:
-// every byte goes to the real PostgreSQL.
+// Proxy is a TCP relay in front of a real service (the database, or with NewProxyTo the broker)
+// that a test can cut and restore, to show what the ledger does while the service is
+// unreachable. It is a network fault, not a fake: every byte goes to the real service.
 type Proxy struct {
 	target   string
 	listener net.Listener
@@ -28,11 +28,17 @@ func NewProxy(t testing.TB) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return NewProxyTo(t, u.Host)
+}
+
+// NewProxyTo starts a proxy to target (host:port); it stops with the test.
+func NewProxyTo(t testing.TB, target string) *Proxy {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{target: u.Host, listener: l, addr: l.Addr().String(), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, listener: l, addr: l.Addr().String(), conns: map[net.Conn]struct{}{}}
 	go p.serve()
 	t.Cleanup(func() {
 		l.Close()
