@@ -279,6 +279,11 @@ func (a *App) Run(ctx context.Context) error {
 			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
 		})
 	}
+	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {
+		start("table statistics", func(ctx context.Context) error {
+			return postgres.KeepStatistics(ctx, a.pool, statisticsInterval, a.logger)
+		})
+	}
 	for channel, w := range a.workers {
 		// One consumer per priority class, all drawing worker slots from one fair-share
 		// scheduler: high is served first, but each class keeps its reserved share.
@@ -423,6 +428,9 @@ func classOf(p domain.Priority) fairshare.Class {
 	}
 	return fairshare.Normal
 }
+
+// statisticsInterval is how often a writing process checks whether its tables need ANALYZE.
+const statisticsInterval = 5 * time.Second
 
 // queuePollInterval is how often the worker role reads its queues' depths for /metrics.
 const queuePollInterval = 5 * time.Second

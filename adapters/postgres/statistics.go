@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// statisticsTables are the tables whose plans depend on how many rows a key matches (a stream
+// load by delivery ids, an accept-request lookup by keys, the relay's outbox read), with the
+// columns those plans need: sampling only them keeps an ANALYZE cheap (the whole events table,
+// with its jsonb payloads, took 0.6 s at 60,000 rows).
+var statisticsTables = map[string]string{
+	"events":                                "(delivery_id, idempotency_key, transaction_id)",
+	"accept_requests":                       "(tenant, request_key)",
+	OutboxSchema.MessagesTable(OutboxTopic): "(transaction_id)",
+}
+
+// Statistics thresholds, as autovacuum's analyze threshold (50 rows + 10 %), a little lazier.
+const (
+	statisticsMinChanges = 1000
+	statisticsFraction   = 0.2
+)
+
+// statisticsStale lists the tables changed by more than the thresholds since their last ANALYZE,
+// whoever ran it (autovacuum included).
+const statisticsStale = `SELECT s.relid::regclass::text, t.name
+FROM pg_stat_user_tables s JOIN unnest($1::text[]) t(name) ON s.relid = to_regclass(t.name)
+WHERE s.n_mod_since_analyze > $2
+  AND s.n_mod_since_analyze > $3 * s.n_live_tup`
+
+// AnalyzeStale runs ANALYZE on the ledger's hot tables that changed much since they were last
+// analyzed, and returns their names.
+//
+// The planner needs a table's statistics to know that a delivery id matches a handful of events:
+// without them it assumes a fixed fraction of the table, and a load of 64 streams becomes a
+// sequential scan of the whole events table (measured: 5 ms at 60,000 events, growing with the
+// log), as does an accept-request lookup. Autovacuum keeps statistics where it runs; where it is
+// off or has not yet woken (a new schema filling fast), nothing would.
+func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	names := make([]string, 0, len(statisticsTables))
+	for name := range statisticsTables {
+		names = append(names, name)
+	}
+	rows, err := pool.Query(ctx, statisticsStale, names, statisticsMinChanges, statisticsFraction)
+	if err != nil {
+		return nil, fmt.Errorf("read table statistics: %w", err)
+	}
+	type stale struct{ Table, Name string }
+	tables, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stale])
+	if err != nil {
+		return nil, fmt.Errorf("read table statistics: %w", err)
+	}
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	// A small sample is enough to count the distinct values of a key: 3,000 rows instead of the
+	// default 30,000, a tenth of the time.
+	var batch pgx.Batch
+	batch.Queue("SET default_statistics_target = 10")
+	var analyzed []string
+	for _, t := range tables {
+		// A regclass's text is the table's name, quoted and qualified as SQL needs it.
+		batch.Queue("ANALYZE " + t.Table + " " + statisticsTables[t.Name])
+		analyzed = append(analyzed, t.Table)
+	}
+	batch.Queue("RESET default_statistics_target")
+	if err := pool.SendBatch(ctx, &batch).Close(); err != nil {
+		return nil, fmt.Errorf("analyze %v: %w", analyzed, err)
+	}
+	return analyzed, nil
+}
+
+// KeepStatistics runs AnalyzeStale at every interval until ctx ends.
+func KeepStatistics(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, logger *slog.Logger) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		analyzed, err := AnalyzeStale(ctx, pool)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("keeping table statistics", "err", err)
+		case len(analyzed) > 0:
+			logger.Debug("analyzed tables", "tables", analyzed)
+		}
+	}
+}
