@@ -58,19 +58,26 @@ func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 	if len(tables) == 0 {
 		return nil, nil
 	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
 	// A small sample is enough to count the distinct values of a key: 3,000 rows instead of the
-	// default 30,000, a tenth of the time.
-	var batch pgx.Batch
-	batch.Queue("SET default_statistics_target = 10")
+	// default 30,000, a tenth of the time. Each ANALYZE is a transaction of its own: it takes a
+	// transaction id when it writes its statistics, and while that is open the gap-safe readers
+	// (relay, projector) cannot read past it.
+	if _, err := conn.Exec(ctx, "SET default_statistics_target = 10"); err != nil {
+		return nil, err
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET default_statistics_target") }()
 	var analyzed []string
 	for _, t := range tables {
 		// A regclass's text is the table's name, quoted and qualified as SQL needs it.
-		batch.Queue("ANALYZE " + t.Table + " " + statisticsTables[t.Name])
+		if _, err := conn.Exec(ctx, "ANALYZE "+t.Table+" "+statisticsTables[t.Name]); err != nil {
+			return analyzed, fmt.Errorf("analyze %s: %w", t.Table, err)
+		}
 		analyzed = append(analyzed, t.Table)
-	}
-	batch.Queue("RESET default_statistics_target")
-	if err := pool.SendBatch(ctx, &batch).Close(); err != nil {
-		return nil, fmt.Errorf("analyze %v: %w", analyzed, err)
 	}
 	return analyzed, nil
 }
