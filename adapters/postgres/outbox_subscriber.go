@@ -168,6 +168,9 @@ func (b *notifyBackoff) untilReady() {
 // next decides how long to wait before the next poll.
 func (b *notifyBackoff) next(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	if err != nil {
+		if b.ctx.Err() != nil {
+			return 0 // stopping: the poll was cancelled, nothing failed
+		}
 		logger.Error("outbox poll failed", err, watermill.LogFields{"retry_in": b.retry})
 		return b.retry
 	}
