@@ -559,3 +559,69 @@ func TestAppendBatcherConformance(t *testing.T) {
 		t.Fatalf("taken version: got %v, want ErrVersionConflict", err)
 	}
 }
+
+// TestAppendBatcherAnswersConflictsAndCommitsTheRest: appends meeting versions recorded by
+// someone else (the relay's queued record before a worker's) get their own answers, duplicate
+// or conflict, while the appends batched with them are committed.
+func TestAppendBatcherAnswersConflictsAndCommitsTheRest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	batcher := postgres.NewAppendBatcher(b.store, 1, 64)
+	t.Cleanup(batcher.Close)
+
+	const streams = 40
+	type stream struct {
+		d      *domain.Delivery
+		queued []domain.Event
+		want   error
+	}
+	all := make([]stream, streams)
+	for i := range all {
+		d, events := acceptedEvents(t)
+		if err := b.store.Append(ctx, events, nil); err != nil {
+			t.Fatal(err)
+		}
+		queued, err := d.Queue(time.Now().UTC())
+		if err != nil {
+			t.Fatal(err)
+		}
+		all[i] = stream{d: d, queued: queued}
+		switch i % 4 {
+		case 1: // someone recorded the same transition first: a duplicate
+			if err := b.store.Append(ctx, queued, nil); err != nil {
+				t.Fatal(err)
+			}
+			all[i].want = commands.ErrDuplicate
+		case 2: // someone recorded another event at that version: a conflict
+			other := queued[0]
+			other.Key = d.ID() + "/other"
+			if err := b.store.Append(ctx, []domain.Event{other}, nil); err != nil {
+				t.Fatal(err)
+			}
+			all[i].want = commands.ErrVersionConflict
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, streams)
+	for i := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = batcher.Append(ctx, all[i].queued, nil)
+		}()
+	}
+	wg.Wait()
+	for i, s := range all {
+		if s.want == nil && errs[i] != nil || s.want != nil && !errors.Is(errs[i], s.want) {
+			t.Fatalf("stream %d: got %v, want %v", i, errs[i], s.want)
+		}
+		loaded, err := b.store.Load(ctx, s.d.ID())
+		if err != nil || len(loaded) != 2 {
+			t.Fatalf("stream %d: %d events (%v), want 2", i, len(loaded), err)
+		}
+		if s.want == nil && loaded[1].Key != s.queued[0].Key {
+			t.Fatalf("stream %d: version 2 is %s, want the batch's %s", i, loaded[1].Key, s.queued[0].Key)
+		}
+	}
+}
