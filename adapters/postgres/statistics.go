@@ -35,7 +35,7 @@ const (
 const statisticsStale = `SELECT s.relid::regclass::text, t.name
 FROM pg_stat_user_tables s JOIN unnest($1::text[]) t(name) ON s.relid = to_regclass(t.name)
 WHERE s.n_mod_since_analyze > $2
-  AND s.n_mod_since_analyze > $3 * s.n_live_tup`
+  AND s.n_mod_since_analyze >= $3 * s.n_live_tup`
 
 // AnalyzeStale runs ANALYZE on the ledger's hot tables that changed much since they were last
 // analyzed (see statisticsFraction), and returns their names.
