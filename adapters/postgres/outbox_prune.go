@@ -37,14 +37,7 @@ func OutboxPrune(ctx context.Context, pool *pgxpool.Pool, consumerGroup string, 
 
 // PruneOutboxEvery prunes in small batches at each interval until ctx ends.
 func PruneOutboxEvery(ctx context.Context, pool *pgxpool.Pool, consumerGroup string, interval time.Duration, logger *slog.Logger) error {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
+	return every(ctx, interval, func() {
 		for {
 			n, err := OutboxPrune(ctx, pool, consumerGroup, 5000)
 			if err != nil {
@@ -57,5 +50,19 @@ func PruneOutboxEvery(ctx context.Context, pool *pgxpool.Pool, consumerGroup str
 				break
 			}
 		}
+	})
+}
+
+// every runs fn at each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		fn()
 	}
 }

@@ -88,14 +88,7 @@ func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 
 // KeepStatistics runs AnalyzeStale at every interval until ctx ends.
 func KeepStatistics(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, logger *slog.Logger) error {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
+	return every(ctx, interval, func() {
 		analyzed, err := AnalyzeStale(ctx, pool)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -103,5 +96,5 @@ func KeepStatistics(ctx context.Context, pool *pgxpool.Pool, interval time.Durat
 		case len(analyzed) > 0:
 			logger.Debug("analyzed tables", "tables", analyzed)
 		}
-	}
+	})
 }
