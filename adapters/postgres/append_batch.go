@@ -234,10 +234,13 @@ func (b *AppendBatcher) write(calls []*appendCall) error {
 	return w.send(ctx, b.store.pool)
 }
 
-// eventsTaken finds which of the given stream versions and idempotency keys are recorded.
-const eventsTaken = `SELECT delivery_id::text, version, idempotency_key FROM events
-WHERE (delivery_id, version) IN (SELECT * FROM unnest($1::uuid[], $2::int[]))
-   OR idempotency_key = ANY($3::text[])`
+// eventsTaken finds which of the given stream versions and idempotency keys are recorded: two
+// index lookups (an OR across them would be a scan of the whole table).
+const eventsTaken = `SELECT e.delivery_id::text, e.version, e.idempotency_key
+FROM unnest($1::uuid[], $2::int[]) AS s(id, version)
+JOIN events e ON e.delivery_id = s.id AND e.version = s.version
+UNION
+SELECT delivery_id::text, version, idempotency_key FROM events WHERE idempotency_key = ANY($3::text[])`
 
 // answerConflicts answers, after a unique violation, every call whose events meet a recorded
 // version or key, as EventStore.Append would have (ErrDuplicate when all its keys are recorded,

@@ -31,11 +31,14 @@ const (
 )
 
 // statisticsStale lists the tables changed by more than the thresholds since their last ANALYZE,
-// whoever ran it (autovacuum included).
-const statisticsStale = `SELECT s.relid::regclass::text, t.name
-FROM pg_stat_user_tables s JOIN unnest($1::text[]) t(name) ON s.relid = to_regclass(t.name)
-WHERE s.n_mod_since_analyze > $2
-  AND s.n_mod_since_analyze >= $3 * s.n_live_tup`
+// whoever ran it (autovacuum included). It asks the statistics functions for the few tables
+// directly: the pg_stat_user_tables view computes its figures for every table of the database
+// first (measured: over 40 ms in a database holding many schemas).
+const statisticsStale = `SELECT c.oid::regclass::text, t.name
+FROM unnest($1::text[]) AS t(name)
+JOIN pg_class c ON c.oid = to_regclass(t.name)
+WHERE pg_stat_get_mod_since_analyze(c.oid) > $2
+  AND pg_stat_get_mod_since_analyze(c.oid) >= $3 * pg_stat_get_live_tuples(c.oid)`
 
 // AnalyzeStale runs ANALYZE on the ledger's hot tables that changed much since they were last
 // analyzed (see statisticsFraction), and returns their names.
