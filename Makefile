@@ -25,7 +25,7 @@ lint: ## go vet, gofmt, and the rule that domain/ imports only the standard libr
 
 test: services lint ## the whole test suite against the real PostgreSQL and RabbitMQ, then a short fuzz run
 	$(GO) test -race -count=1 -timeout 9m ./...
-	scripts/fuzz.sh 5s
+	scripts/fuzz.sh 30000x
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
 	scripts/fuzz.sh $(or $(FUZZTIME),60s)
