@@ -221,19 +221,7 @@ func (s *EventStore) ReadLog(ctx context.Context, after LogPosition, limit int) 
 	if err != nil {
 		return nil, fmt.Errorf("read log after %s: %w", after, err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LoggedEvent, error) {
-		var le LoggedEvent
-		var typ, txid string
-		err := row.Scan(&le.DeliveryID, &le.Tenant, &le.Version, &typ, &le.Key, &le.Data, &le.RecordedAt, &le.Position, &txid)
-		if err != nil {
-			return le, err
-		}
-		le.Type = domain.EventType(typ)
-		le.RecordedAt = le.RecordedAt.UTC()
-		le.At.Position = le.Position
-		le.At.TransactionID, err = strconv.ParseUint(txid, 10, 64)
-		return le, err
-	})
+	return pgx.CollectRows(rows, scanLogged)
 }
 
 const (

@@ -73,7 +73,7 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-func scanLogged(rows pgx.Rows) (LoggedEvent, error) {
+func scanLogged(rows pgx.CollectableRow) (LoggedEvent, error) {
 	var le LoggedEvent
 	var typ, txid string
 	err := rows.Scan(&le.DeliveryID, &le.Tenant, &le.Version, &typ, &le.Key, &le.Data, &le.RecordedAt, &le.Position, &txid)
