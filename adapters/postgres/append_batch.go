@@ -188,18 +188,20 @@ func (b *AppendBatcher) commit(batch []*appendCall) {
 	}
 }
 
+// streamSlot is one version of one stream: an append claims it, and only one can hold it.
+type streamSlot struct {
+	id      string
+	version int
+}
+
 // splitClaims keeps the calls whose stream versions and keys no earlier call of the batch
 // claims, and returns the others apart.
 func splitClaims(calls []*appendCall) (first, later []*appendCall) {
-	type slot struct {
-		id      string
-		version int
-	}
-	slots, keys := map[slot]bool{}, map[string]bool{}
+	slots, keys := map[streamSlot]bool{}, map[string]bool{}
 	for _, c := range calls {
 		clash := false
 		for _, e := range c.events {
-			if slots[slot{e.DeliveryID, e.Version}] || keys[e.Key] {
+			if slots[streamSlot{e.DeliveryID, e.Version}] || keys[e.Key] {
 				clash = true
 			}
 		}
@@ -208,7 +210,7 @@ func splitClaims(calls []*appendCall) (first, later []*appendCall) {
 			continue
 		}
 		for _, e := range c.events {
-			slots[slot{e.DeliveryID, e.Version}], keys[e.Key] = true, true
+			slots[streamSlot{e.DeliveryID, e.Version}], keys[e.Key] = true, true
 		}
 		first = append(first, c)
 	}
@@ -262,13 +264,9 @@ func (b *AppendBatcher) answerConflicts(calls []*appendCall, err error) (rest []
 	if qerr != nil {
 		return nil, false
 	}
-	type slot struct {
-		id      string
-		version int
-	}
-	takenSlots, takenKeys := map[slot]bool{}, map[string]bool{}
+	takenSlots, takenKeys := map[streamSlot]bool{}, map[string]bool{}
 	for rows.Next() {
-		var s slot
+		var s streamSlot
 		var key string
 		if err := rows.Scan(&s.id, &s.version, &key); err != nil {
 			rows.Close()
@@ -286,7 +284,7 @@ func (b *AppendBatcher) answerConflicts(calls []*appendCall, err error) (rest []
 				keysTaken++
 				conflict = true
 			}
-			if takenSlots[slot{e.DeliveryID, e.Version}] {
+			if takenSlots[streamSlot{e.DeliveryID, e.Version}] {
 				conflict = true
 			}
 		}

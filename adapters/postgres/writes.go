@@ -32,10 +32,13 @@ func (w *writeBatch) Exec(_ context.Context, sql string, args ...any) (pgconn.Co
 	return pgconn.CommandTag{}, nil
 }
 
-// send runs the queued statements as one transaction and returns the first error.
-func (w *writeBatch) send(ctx context.Context, db interface {
+// batchSender sends a pgx batch: a pool, a pooled connection or a transaction.
+type batchSender interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}) error {
+}
+
+// send runs the queued statements as one transaction and returns the first error.
+func (w *writeBatch) send(ctx context.Context, db batchSender) error {
 	n := w.batch.Len()
 	if n == 0 {
 		return nil
@@ -49,10 +52,6 @@ func (w *writeBatch) send(ctx context.Context, db interface {
 	}
 	return results.Close()
 }
-
-var _ interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-} = (*pgxpool.Pool)(nil)
 
 // beginWith opens a transaction on a pooled connection, sending BEGIN together with the
 // transaction's reads; read consumes their results. Close the transaction with commitWith or
