@@ -125,6 +125,12 @@ func NewPublisher(cfg RelayConfig, logger watermill.LoggerAdapter) (*Publisher, 
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(p.pending) == 0 {
+		// A new batch. A failure still on record belongs to a batch that ended at its first
+		// message, with nothing published and no Flush to report it to: it must not fail this
+		// batch too (which would publish every message of it twice).
+		p.failed = nil
+	}
 	ch, err := p.channel()
 	if err != nil {
 		p.failed = err

@@ -240,6 +240,41 @@ func TestRelayDoesNotAckABatchWhoseConfirmFailed(t *testing.T) {
 	t.Logf("failed flush: %v; OnConfirmed succeeded %d times for %d rows", firstErr, confirmed.total(), len(first)+len(second))
 }
 
+// TestPublisherForgetsTheFailureOfAnAbandonedBatch: a batch whose first publish failed (the broker
+// was unreachable) ends with nothing published and no Flush. Once the broker is back, the next
+// batch must be judged on its own confirms: a failure kept from before would fail its Flush and
+// make the relay publish every one of its messages twice.
+func TestPublisherForgetsTheFailureOfAnAbandonedBatch(t *testing.T) {
+	t.Parallel()
+	queue := declareQueue(t)
+	proxy := newBrokerProxy(t)
+	_, wmLogger := relayLoggers()
+	pub, err := amqp.NewPublisher(amqp.RelayConfig{URL: proxy.Rewrite(amqptest.URL()), OutboxTopic: "unused"}, wmLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+
+	proxy.Cut()
+	if err := pub.Publish(queue, message.NewMessage(uuid.NewString(), []byte(`{}`))); err == nil {
+		t.Fatal("publish through a cut connection succeeded")
+	}
+	proxy.Restore()
+
+	ids := []string{uuid.NewString(), uuid.NewString()}
+	for i, id := range ids {
+		if err := pub.Publish(queue, message.NewMessage(id, payloadOf(id, i))); err != nil {
+			t.Fatalf("publish after the broker came back: %v", err)
+		}
+	}
+	if err := pub.Flush(); err != nil {
+		t.Fatalf("Flush of a batch whose every message was confirmed: %v", err)
+	}
+	if missing := missingIDs(ids, drainQueue(t, amqptest.Dial(t), queue).counts()); len(missing) > 0 {
+		t.Fatalf("confirmed messages %v are not in the queue", missing)
+	}
+}
+
 // relayUnderTest is a relay wired as cmd/ledger runRelayShard wires it, with its flushes counted.
 type relayUnderTest struct {
 	group string
