@@ -53,6 +53,10 @@ func writeBenchReport(rep *benchReport, out, dir string) ([]string, error) {
 	}
 	var written []string
 	if out != "" {
+		// `make bench` writes bench/results/latest.json, a directory a fresh clone lacks.
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return nil, err
+		}
 		if err := os.WriteFile(out, append(body, '\n'), 0o644); err != nil {
 			return nil, err
 		}

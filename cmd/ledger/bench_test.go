@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +52,25 @@ func TestBenchFixedRateRunBalances(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "where the time went") {
 		t.Fatalf("no stage breakdown in\n%s", out.String())
+	}
+}
+
+// TestBenchReportCreatesItsDirectories: `make bench` writes bench/results/latest.json, and a
+// fresh clone has no bench/results (it is ignored by git): the report must not be lost at the
+// end of a run for want of a directory.
+func TestBenchReportCreatesItsDirectories(t *testing.T) {
+	root := t.TempDir()
+	out := filepath.Join(root, "bench", "results", "latest.json")
+	rep := &benchReport{StartedAt: time.Now(), Ratios: map[string]float64{"e2e_vs_rabbitmq": 0.1}}
+	written, err := writeBenchReport(rep, out, filepath.Join(root, "bench", "results"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 3 {
+		t.Fatalf("wrote %v, want the --out file, a JSON report and a chart", written)
+	}
+	body, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(body), `"e2e_vs_rabbitmq": 0.1`) {
+		t.Fatalf("--out file: %v, %s", err, body)
 	}
 }
