@@ -217,7 +217,13 @@ func (a *App) declareTopology() error {
 		return fmt.Errorf("reach RabbitMQ at %s: %w", redactURL(a.cfg.AMQPURL), err)
 	}
 	defer conn.Close()
-	return a.topology.Declare(conn)
+	kept, err := a.topology.Declare(conn)
+	if len(kept) > 0 {
+		a.logger.Warn("queues declared by an older ledger keep their classic queue version 1, which costs the broker more per message; "+
+			"move them to version 2 with a policy (rabbitmqctl set_policy ... '{\"queue-version\":2}' --apply-to queues)",
+			"queues", kept)
+	}
+	return err
 }
 
 // ready checks that the database and the broker answer.

@@ -43,7 +43,7 @@ func Dial(t testing.TB) *amqp091.Connection {
 func Declare(t testing.TB, topo amqp.Topology) {
 	t.Helper()
 	conn := Dial(t)
-	if err := topo.Declare(conn); err != nil {
+	if _, err := topo.Declare(conn); err != nil {
 		t.Fatalf("declare topology: %v", err)
 	}
 	t.Cleanup(func() {
