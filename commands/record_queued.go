@@ -33,7 +33,10 @@ type BatchEventStore interface {
 // QueuedMark says that the broker confirmed the message of a delivery's attempt.
 type QueuedMark struct {
 	DeliveryID string
-	Attempt    int
+	// Tenant is the delivery's tenant (from the message); it lets attempt 1 be recorded without
+	// loading the stream (domain.FirstQueued).
+	Tenant  string
+	Attempt int
 }
 
 // QueuedRecorder records the queued transitions the relay reports, many per transaction. The
@@ -119,41 +122,56 @@ func (r *QueuedRecorder) flushRemaining() {
 }
 
 // Record appends EventQueued for every mark whose delivery still waits for that attempt.
+//
+// Attempt 1, the common case (every accept), needs no read: accepted leads only to queued, so
+// its queued event is version 2 (domain.FirstQueued), and AppendEach skips it if version 2 is
+// taken, by a worker that recorded it first or moved the delivery further. Other attempts are
+// decided on the loaded stream.
 func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
-	ids := make([]string, 0, len(marks))
-	for _, m := range marks {
-		ids = append(ids, m.DeliveryID)
-	}
-	streams, err := r.store.LoadMany(ctx, ids)
-	if err != nil {
-		return err
-	}
 	now := r.clock.Now()
 	var events []domain.Event
+	var ids []string
 	seen := map[string]bool{}
 	for _, m := range marks {
 		if seen[m.DeliveryID] {
 			continue
 		}
 		seen[m.DeliveryID] = true
-		stream, ok := streams[m.DeliveryID]
-		if !ok {
+		if m.Attempt == 1 && m.Tenant != "" {
+			events = append(events, domain.FirstQueued(m.DeliveryID, m.Tenant, now))
 			continue
 		}
-		d, err := domain.Rehydrate(stream)
-		if err != nil {
-			r.logger.Error("cannot fold delivery", "delivery", m.DeliveryID, "err", err)
-			continue
-		}
-		if !awaitsQueue(d, m.Attempt) {
-			continue
-		}
-		queued, err := d.Queue(now)
-		if err != nil {
-			return fmt.Errorf("queue %s: %w", m.DeliveryID, err)
-		}
-		events = append(events, queued...)
+		ids = append(ids, m.DeliveryID)
 	}
-	_, err = r.store.AppendEach(ctx, events)
+	if len(ids) > 0 {
+		streams, err := r.store.LoadMany(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for _, m := range marks {
+			stream, ok := streams[m.DeliveryID]
+			if !ok || !seen[m.DeliveryID] {
+				continue
+			}
+			seen[m.DeliveryID] = false // one event per delivery
+			d, err := domain.Rehydrate(stream)
+			if err != nil {
+				r.logger.Error("cannot fold delivery", "delivery", m.DeliveryID, "err", err)
+				continue
+			}
+			if !awaitsQueue(d, m.Attempt) {
+				continue
+			}
+			queued, err := d.Queue(now)
+			if err != nil {
+				return fmt.Errorf("queue %s: %w", m.DeliveryID, err)
+			}
+			events = append(events, queued...)
+		}
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	_, err := r.store.AppendEach(ctx, events)
 	return err
 }

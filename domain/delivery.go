@@ -210,6 +210,23 @@ func (d *Delivery) Queue(now time.Time) ([]Event, error) {
 	return d.record(now, EventQueued, KeyQueued(d.id, attempt), Queued{Attempt: attempt})
 }
 
+// FirstQueued is the event Queue records for a delivery that holds only its accepted event: the
+// queued transition of attempt 1, at version 2. Accepted leads only to queued, so attempt 1 is
+// always queued at version 2, and a writer that knows the attempt can record it without loading
+// the stream: the store's version constraint refuses it if anything was recorded after the
+// accepted event meanwhile (a test holds it equal to Queue's event).
+func FirstQueued(id, tenant string, now time.Time) Event {
+	return Event{
+		DeliveryID: id,
+		Tenant:     tenant,
+		Version:    2,
+		Type:       EventQueued,
+		Key:        KeyQueued(id, 1),
+		Data:       encode(Queued{Attempt: 1}),
+		RecordedAt: now,
+	}
+}
+
 // Defer records that a rate limit or concurrency cap holds the queued attempt back until until.
 // It consumes no attempt.
 func (d *Delivery) Defer(reason string, until, now time.Time) ([]Event, error) {

@@ -760,3 +760,24 @@ func TestReconcileResolvesOnlyUnknown(t *testing.T) {
 		t.Fatalf("reconciling an accepted delivery: %v", err)
 	}
 }
+
+// TestFirstQueuedIsQueueAfterAccept: the event a writer records without loading the stream is
+// exactly the one Queue records on a freshly accepted delivery.
+func TestFirstQueuedIsQueueAfterAccept(t *testing.T) {
+	t.Parallel()
+	s := accept(t, validSpec())
+	at := testNow.Add(time.Second)
+	queued, err := s.d.Queue(at)
+	if err != nil || len(queued) != 1 {
+		t.Fatalf("Queue: %v, %d events", err, len(queued))
+	}
+	got, want := FirstQueued(s.d.ID(), s.d.Tenant(), at), queued[0]
+	if got.DeliveryID != want.DeliveryID || got.Tenant != want.Tenant || got.Version != want.Version ||
+		got.Type != want.Type || got.Key != want.Key || string(got.Data) != string(want.Data) ||
+		!got.RecordedAt.Equal(want.RecordedAt) {
+		t.Fatalf("FirstQueued = %+v, want %+v", got, want)
+	}
+	if _, err := Rehydrate(append(s.events, got)); err != nil {
+		t.Fatalf("accepted + FirstQueued does not fold: %v", err)
+	}
+}

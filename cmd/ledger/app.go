@@ -421,7 +421,7 @@ func (a *App) recordQueued(ctx context.Context, _ string, msg *message.Message) 
 		a.logger.Error("relay: undecodable work message, not recording queued", "uuid", msg.UUID, "err", err)
 		return nil
 	}
-	return a.queued.Mark(ctx, commands.QueuedMark{DeliveryID: work.DeliveryID, Attempt: work.Attempt})
+	return a.queued.Mark(ctx, commands.QueuedMark{DeliveryID: work.DeliveryID, Tenant: work.Tenant, Attempt: work.Attempt})
 }
 
 // classOf maps a delivery priority to its scheduler class.
