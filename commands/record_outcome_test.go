@@ -2,11 +2,8 @@ package commands_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
@@ -27,14 +24,7 @@ func TestLateOutcomeResolvesUnknown(t *testing.T) {
 	clock := commands.SystemClock{}
 	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 3}
 
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
-		Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Append(ctx, events, nil); err != nil {
-		t.Fatal(err)
-	}
+	d := acceptedDelivery(t, store)
 	start := commands.NewStartAttemptHandler(store, clock)
 	msg := commands.WorkMessage{DeliveryID: d.ID(), Tenant: "acme", Channel: "webhook", Recipient: d.Recipient(), Attempt: 1}
 	if dec, _, err := start.Handle(ctx, commands.StartAttempt{Message: msg, Provider: "webhook"}); err != nil || dec != commands.StartProceed {

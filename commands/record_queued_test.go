@@ -2,12 +2,9 @@ package commands_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
@@ -27,18 +24,6 @@ func TestQueuedRecorderRecordsOnlyWhatWaits(t *testing.T) {
 	schema := pgtest.New(t)
 	store := postgres.NewEventStore(schema.Pool)
 	clock := commands.SystemClock{}
-	accept := func() *domain.Delivery {
-		t.Helper()
-		d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
-			Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, clock.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Append(ctx, events, nil); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
 	start := commands.NewStartAttemptHandler(store, clock)
 	startAttempt := func(d *domain.Delivery, attempt int) {
 		t.Helper()
@@ -48,9 +33,9 @@ func TestQueuedRecorderRecordsOnlyWhatWaits(t *testing.T) {
 		}
 	}
 
-	fresh := accept()    // waits for attempt 1
-	taken := accept()    // a worker took attempt 1 before the relay's mark
-	retrying := accept() // attempt 1 failed; attempt 2 waits in a delay tier
+	fresh := acceptedDelivery(t, store)    // waits for attempt 1
+	taken := acceptedDelivery(t, store)    // a worker took attempt 1 before the relay's mark
+	retrying := acceptedDelivery(t, store) // attempt 1 failed; attempt 2 waits in a delay tier
 	startAttempt(taken, 1)
 	startAttempt(retrying, 1)
 	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
