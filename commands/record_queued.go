@@ -26,7 +26,8 @@ type BatchEventStore interface {
 	// LoadMany returns several streams, keyed by delivery id.
 	LoadMany(ctx context.Context, ids []string) (map[string][]domain.Event, error)
 	// AppendEach writes independent events in one transaction, skipping any whose version or
-	// idempotency key is taken; it returns how many were written.
+	// idempotency key is taken or whose previous version is missing; it returns how many were
+	// written.
 	AppendEach(ctx context.Context, events []domain.Event) (int, error)
 }
 
@@ -125,7 +126,8 @@ func (r *QueuedRecorder) flushRemaining() {
 //
 // Attempt 1, the common case (every accept), needs no read: accepted leads only to queued, so
 // its queued event is version 2 (domain.FirstQueued), and AppendEach skips it if version 2 is
-// taken, by a worker that recorded it first or moved the delivery further. Other attempts are
+// taken, by a worker that recorded it first or moved the delivery further (or if there is no
+// version 1: a mark of no delivery). Other attempts are
 // decided on the loaded stream.
 func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
 	now := r.clock.Now()

@@ -2,9 +2,12 @@ package commands_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
@@ -46,12 +49,14 @@ func TestQueuedRecorderRecordsOnlyWhatWaits(t *testing.T) {
 		t.Fatalf("record the failure of attempt 1: %s %v", state, err)
 	}
 
+	stranger := uuid.NewString()
 	recorder := commands.NewQueuedRecorder(store, clock, slog.New(slog.DiscardHandler))
 	marks := []commands.QueuedMark{
 		{DeliveryID: fresh.ID(), Tenant: fresh.Tenant(), Attempt: 1},
 		{DeliveryID: taken.ID(), Tenant: taken.Tenant(), Attempt: 1},
 		{DeliveryID: retrying.ID(), Tenant: retrying.Tenant(), Attempt: 2},
 		{DeliveryID: retrying.ID(), Tenant: retrying.Tenant(), Attempt: 1}, // stale: a republished copy
+		{DeliveryID: stranger, Tenant: "acme", Attempt: 1},                 // no such delivery
 	}
 	if err := recorder.Record(ctx, marks); err != nil {
 		t.Fatal(err)
@@ -88,6 +93,9 @@ func TestQueuedRecorderRecordsOnlyWhatWaits(t *testing.T) {
 			}
 		}
 		return events
+	}
+	if events, err := store.Load(ctx, stranger); !errors.Is(err, commands.ErrNotFound) {
+		t.Fatalf("a mark of no delivery: load gave %d events, %v; want none (not found)", len(events), err)
 	}
 	freshEvents := check("fresh", fresh, domain.EventAccepted, domain.EventQueued)
 	if q := freshEvents[1]; q.Key != domain.KeyQueued(fresh.ID(), 1) || q.Version != 2 || q.Tenant != "acme" {

@@ -46,7 +46,14 @@ const eventsByDelivery = `SELECT ` + eventColumns + ` FROM events WHERE delivery
 
 const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, version`
 
-const eventsAppendEach = eventsAppend + ` ON CONFLICT DO NOTHING`
+// eventsAppendEach writes the rows that fit and skips the others: a taken version or key (ON
+// CONFLICT), or a missing previous version (a writer that did not load the stream must not start
+// one or leave a gap in it).
+const eventsAppendEach = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+SELECT u.* FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])
+	AS u(delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+WHERE u.version = 1 OR EXISTS (SELECT 1 FROM events e WHERE e.delivery_id = u.delivery_id AND e.version = u.version - 1)
+ON CONFLICT DO NOTHING`
 
 // Append writes events and outbox messages in one transaction.
 func (s *EventStore) Append(ctx context.Context, events []domain.Event, outbox []commands.OutboxMessage) error {
