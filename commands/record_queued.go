@@ -132,7 +132,7 @@ func (r *QueuedRecorder) flushRemaining() {
 func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
 	now := r.clock.Now()
 	var events []domain.Event
-	var ids []string
+	var load []QueuedMark // the first mark of each delivery that needs its stream
 	seen := map[string]bool{}
 	for _, m := range marks {
 		if seen[m.DeliveryID] {
@@ -143,19 +143,22 @@ func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
 			events = append(events, domain.FirstQueued(m.DeliveryID, m.Tenant, now))
 			continue
 		}
-		ids = append(ids, m.DeliveryID)
+		load = append(load, m)
 	}
-	if len(ids) > 0 {
+	if len(load) > 0 {
+		ids := make([]string, len(load))
+		for i, m := range load {
+			ids[i] = m.DeliveryID
+		}
 		streams, err := r.store.LoadMany(ctx, ids)
 		if err != nil {
 			return err
 		}
-		for _, m := range marks {
+		for _, m := range load {
 			stream, ok := streams[m.DeliveryID]
-			if !ok || !seen[m.DeliveryID] {
+			if !ok {
 				continue
 			}
-			seen[m.DeliveryID] = false // one event per delivery
 			d, err := domain.Rehydrate(stream)
 			if err != nil {
 				r.logger.Error("cannot fold delivery", "delivery", m.DeliveryID, "err", err)

@@ -35,8 +35,15 @@ func NewEventStore(pool *pgxpool.Pool) *EventStore { return &EventStore{pool: po
 
 const sqlstateUniqueViolation = "23505"
 
-const eventsAppend = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])`
+// eventsInsert and eventsRows are the two halves of every multi-row event insert: the columns,
+// and the arrays eventColumnsOf fills, one row per element.
+const (
+	eventsInsert = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)`
+	eventsRows   = `unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])`
+)
+
+const eventsAppend = eventsInsert + `
+SELECT * FROM ` + eventsRows
 
 const eventsExistingKeys = `SELECT count(*) FROM events WHERE idempotency_key = ANY($1::text[])`
 
@@ -49,8 +56,8 @@ const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delive
 // eventsAppendEach writes the rows that fit and skips the others: a taken version or key (ON
 // CONFLICT), or a missing previous version (a writer that did not load the stream must not start
 // one or leave a gap in it).
-const eventsAppendEach = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-SELECT u.* FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])
+const eventsAppendEach = eventsInsert + `
+SELECT u.* FROM ` + eventsRows + `
 	AS u(delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
 WHERE u.version = 1 OR EXISTS (SELECT 1 FROM events e WHERE e.delivery_id = u.delivery_id AND e.version = u.version - 1)
 ON CONFLICT DO NOTHING`
