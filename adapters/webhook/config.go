@@ -30,6 +30,10 @@ type Config struct {
 	AllowCIDRs []netip.Prefix
 	// UserAgent is sent with every request. Empty means DefaultUserAgent.
 	UserAgent string
+	// InFlight is the most calls the process makes at once (its worker slots). Up to that many
+	// connections to one host are kept open between calls, never fewer than 64: a pool smaller
+	// than the calls in flight closes a connection after most calls and dials a new one.
+	InFlight int
 }
 
 // Validate reports every problem of the configuration at once, so an operator fixes them in
@@ -43,6 +47,9 @@ func (c Config) Validate() error {
 		if !p.IsValid() {
 			problems = append(problems, fmt.Errorf("webhook allow CIDR #%d is not a valid prefix", i+1))
 		}
+	}
+	if c.InFlight < 0 {
+		problems = append(problems, fmt.Errorf("webhook calls in flight must not be negative, got %d", c.InFlight))
 	}
 	if !validHeaderValue(c.UserAgent) {
 		// A control character would let the value break out of its header line.

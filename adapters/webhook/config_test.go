@@ -18,16 +18,16 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("valid Config: Validate() = %v, want nil", err)
 	}
 
-	bad := Config{Timeout: -time.Second, AllowCIDRs: []netip.Prefix{{}}, UserAgent: "agent\r\nX-Evil: 1"}
+	bad := Config{Timeout: -time.Second, AllowCIDRs: []netip.Prefix{{}}, UserAgent: "agent\r\nX-Evil: 1", InFlight: -1}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil, want every problem reported")
 	}
 	joined, isJoined := err.(interface{ Unwrap() []error })
-	if !isJoined || len(joined.Unwrap()) != 3 {
-		t.Fatalf("Validate() = %v, want 3 joined problems", err)
+	if !isJoined || len(joined.Unwrap()) != 4 {
+		t.Fatalf("Validate() = %v, want 4 joined problems", err)
 	}
-	for _, want := range []string{"timeout", "CIDR", "user agent"} {
+	for _, want := range []string{"timeout", "CIDR", "user agent", "in flight"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, want it to mention %q", err, want)
 		}

@@ -50,7 +50,8 @@ const (
 
 	// Pooling: webhooks concentrate on few hosts (a tenant's endpoint gets a burst of
 	// deliveries), so keep many idle connections per host to avoid a TCP and TLS handshake per
-	// attempt, with a global bound on file descriptors.
+	// attempt (at least as many as calls in flight, see Config.InFlight), with a global bound
+	// on file descriptors.
 	maxIdleConnsPerHost = 64
 	maxIdleConns        = 512
 	idleConnTimeout     = 90 * time.Second
@@ -98,8 +99,8 @@ func New(cfg Config) (*Sender, error) {
 		Proxy:                  nil,
 		DialContext:            dialer.DialContext,
 		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           maxIdleConns,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		MaxIdleConns:           max(maxIdleConns, cfg.InFlight),
+		MaxIdleConnsPerHost:    max(maxIdleConnsPerHost, cfg.InFlight),
 		IdleConnTimeout:        idleConnTimeout,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}

@@ -575,3 +575,42 @@ func TestClassifyTransportError(t *testing.T) {
 		})
 	}
 }
+
+// TestSendKeepsAConnectionPerCallInFlight: with more calls in flight to one host than the
+// default pool keeps, every connection of a round of concurrent calls is reused by the next
+// round instead of being closed and dialled again.
+func TestSendKeepsAConnectionPerCallInFlight(t *testing.T) {
+	t.Parallel()
+	const inFlight = 100 // above the default of 64 idle connections per host
+	var dialled atomic.Int64
+	var arrived sync.WaitGroup
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		arrived.Done()
+		arrived.Wait() // answer once all calls of the round are open at once
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	s := newTestSender(t, Config{Timeout: 10 * time.Second, InFlight: inFlight})
+
+	for round := 1; round <= 2; round++ {
+		arrived.Add(inFlight)
+		var calls sync.WaitGroup
+		for range inFlight {
+			calls.Go(func() {
+				if out := s.Send(context.Background(), workMessage(srv.URL)); out.Kind != domain.OutcomeDelivered {
+					t.Errorf("round %d: outcome %s (%s), want delivered", round, out.Kind, out.Err)
+				}
+			})
+		}
+		calls.Wait()
+	}
+	if got := dialled.Load(); got != inFlight {
+		t.Errorf("%d connections dialled over two rounds of %d calls, want %d (the second round reuses the first's)", got, inFlight, inFlight)
+	}
+}

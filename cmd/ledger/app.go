@@ -123,7 +123,7 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 		}
 		var sender commands.Sender = opts.sender
 		if sender == nil {
-			if sender, err = webhook.New(webhook.Config{Timeout: cfg.WebhookTimeout, AllowCIDRs: allow}); err != nil {
+			if sender, err = webhook.New(webhook.Config{Timeout: cfg.WebhookTimeout, AllowCIDRs: allow, InFlight: cfg.WorkerConcurrency}); err != nil {
 				a.pool.Close()
 				return nil, err
 			}
