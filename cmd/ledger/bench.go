@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -235,31 +232,6 @@ func startBenchSink() (*benchSink, error) {
 }
 
 var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
-
-// acceptOne sends one delivery; it returns the delivery id.
-func acceptOne(base, recipient string) (string, error) {
-	body := fmt.Sprintf(`{"channel":"webhook","recipient":%q,"payload":{"order":%d,"text":"benchmark"}}`, recipient, rand.IntN(1e9))
-	req, _ := http.NewRequest("POST", base+"/v1/deliveries", bytes.NewBufferString(body))
-	req.Header.Set("Authorization", "Bearer bench-key")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", uuid.NewString())
-	resp, err := benchClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("accept: %d %s", resp.StatusCode, b)
-	}
-	var a struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(b, &a); err != nil {
-		return "", err
-	}
-	return a.ID, nil
-}
 
 // closedLoop runs fn from n goroutines until d has passed; it returns completed calls and
 // latencies.
