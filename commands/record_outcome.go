@@ -50,14 +50,14 @@ func lateOutcome(d *domain.Delivery, cmd RecordOutcome) bool {
 
 // followUp is the message that must travel with the events just recorded: the delayed next
 // attempt of a retrying delivery, or the dead letter of a dead one.
-func (h *RecordOutcomeHandler) followUp(d *domain.Delivery, eventKey string, now time.Time) ([]OutboxMessage, error) {
+func followUp(topics Topics, d *domain.Delivery, eventKey string, now time.Time) ([]OutboxMessage, error) {
 	var msg OutboxMessage
 	var err error
 	switch due := d.NextAttemptAt(); {
 	case d.State() == domain.StateRetrying && due != nil:
-		msg, err = workMessageFor(d, h.topics.Retry(d.Channel(), due.Sub(now)), d.Attempt()+1, *due, eventKey, false)
+		msg, err = workMessageFor(d, topics.Retry(d.Channel(), due.Sub(now)), d.Attempt()+1, *due, eventKey, false)
 	case d.State() == domain.StateDead:
-		msg, err = deadLetterFor(d, h.topics.Dead(d.Channel()), eventKey, now)
+		msg, err = deadLetterFor(d, topics.Dead(d.Channel()), eventKey, now)
 	default:
 		return nil, nil
 	}
@@ -97,7 +97,7 @@ func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (d
 		if err != nil {
 			return "", err
 		}
-		outbox, err := h.followUp(d, closed[0].Key, now)
+		outbox, err := followUp(h.topics, d, closed[0].Key, now)
 		if err != nil {
 			return "", err
 		}

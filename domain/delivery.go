@@ -315,6 +315,20 @@ func (d *Delivery) Reconcile(o Outcome, evidence, actor string, policy RetryPoli
 	return nil, fmt.Errorf("reconcile %s: outcome %q resolves nothing", d.id, o.Kind)
 }
 
+// ErrNotDead: only a dead delivery can be replayed.
+var ErrNotDead = errors.New("delivery is not dead")
+
+// Replay starts a new attempt cycle for a dead delivery (dead → queued): the same delivery, its
+// history kept, its next attempt numbered on from the last one and allowed the full number of
+// attempts again. The work message of that attempt must travel with the event.
+func (d *Delivery) Replay(reason string, now time.Time) ([]Event, error) {
+	if d.state != StateDead {
+		return nil, fmt.Errorf("%w: delivery %s is %s", ErrNotDead, d.id, d.state)
+	}
+	cycle := d.cycle + 1
+	return d.record(now, EventReplayed, KeyReplayed(d.id, cycle), Replayed{Attempt: d.attempt + 1, Cycle: cycle, Reason: reason})
+}
+
 // ID returns the delivery's id.
 func (d *Delivery) ID() string { return d.id }
 

@@ -781,3 +781,52 @@ func TestFirstQueuedIsQueueAfterAccept(t *testing.T) {
 		t.Fatalf("accepted + FirstQueued does not fold: %v", err)
 	}
 }
+
+// TestReplayOpensANewCycle: a dead delivery replayed is queued for the attempt after its last,
+// with the full number of attempts again; a second death and replay opens the next cycle under
+// another key; anything but a dead delivery refuses.
+func TestReplayOpensANewCycle(t *testing.T) {
+	t.Parallel()
+	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 2}
+	spec := validSpec()
+	spec.MaxAttempts = 2
+	s := processing(t, spec)
+	if _, err := s.d.Replay("too early", testNow); !errors.Is(err, ErrNotDead) {
+		t.Fatalf("replay of a processing delivery: %v, want ErrNotDead", err)
+	}
+	s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomePermanent, StatusCode: 410}, policy, testNow, 0))
+
+	events := s.add(t)(s.d.Replay("receiver fixed", testNow))
+	if events[0].Type != EventReplayed || events[0].Key != KeyReplayed(spec.ID, 1) {
+		t.Fatalf("event (%s, %q), want (%s, %q)", events[0].Type, events[0].Key, EventReplayed, KeyReplayed(spec.ID, 1))
+	}
+	if s.d.State() != StateQueued || s.d.Attempt() != 2 || s.d.AttemptsInCycle() != 1 || s.d.LastResult() != nil {
+		t.Fatalf("after replay: state %s attempt %d in cycle %d result %+v; want queued, 2, 1, none",
+			s.d.State(), s.d.Attempt(), s.d.AttemptsInCycle(), s.d.LastResult())
+	}
+	if _, err := s.d.Replay("again", testNow); !errors.Is(err, ErrNotDead) {
+		t.Fatalf("second replay while queued: %v, want ErrNotDead", err)
+	}
+
+	// The new cycle has both attempts: one transient failure retries instead of dying.
+	s.add(t)(s.d.StartAttempt("webhook", testNow))
+	s.add(t)(s.d.RecordOutcome(2, Outcome{Kind: OutcomeTransient}, policy, testNow, 0))
+	if s.d.State() != StateRetrying {
+		t.Fatalf("first failure of the new cycle: state %s, want retrying", s.d.State())
+	}
+	s.add(t)(s.d.Queue(testNow))
+	s.add(t)(s.d.StartAttempt("webhook", testNow))
+	s.add(t)(s.d.RecordOutcome(3, Outcome{Kind: OutcomeTransient}, policy, testNow, 0))
+	if s.d.State() != StateDead || !s.d.LastResult().Exhausted {
+		t.Fatalf("second failure of the new cycle: state %s, want dead and exhausted", s.d.State())
+	}
+	events = s.add(t)(s.d.Replay("", testNow))
+	if events[0].Key != KeyReplayed(spec.ID, 2) || s.d.Attempt() != 4 {
+		t.Fatalf("second replay: key %q attempt %d, want %q and 4", events[0].Key, s.d.Attempt(), KeyReplayed(spec.ID, 2))
+	}
+	r, err := Rehydrate(s.events)
+	if err != nil {
+		t.Fatalf("Rehydrate: %v", err)
+	}
+	assertSameDelivery(t, r, s.d)
+}

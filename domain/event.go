@@ -126,6 +126,12 @@ func KeyReconciled(id string, attempt int) string {
 	return fmt.Sprintf("%s/attempt/%d/reconciled", id, attempt)
 }
 
+// KeyReplayed is the key of the replay that opens a cycle (from 1): one replay per cycle, however
+// many operators ask at once.
+func KeyReplayed(id string, cycle int) string {
+	return fmt.Sprintf("%s/cycle/%d/replayed", id, cycle)
+}
+
 // KeyAttemptStarted is the key of an attempt's EventAttemptStarted.
 func KeyAttemptStarted(id string, attempt int) string {
 	return fmt.Sprintf("%s/attempt/%d/started", id, attempt)
