@@ -165,19 +165,28 @@ func (s *server) readAccept(w http.ResponseWriter, r *http.Request) (key string,
 	case !utf8.ValidString(key):
 		return "", nil, invalid(headerIdempotencyKey, "must be valid UTF-8")
 	}
+	body, err = s.readBody(w, r)
+	if err != nil {
+		return "", nil, err
+	}
+	return key, body, nil
+}
+
+// readBody reads a JSON request body, up to Config.MaxBodyBytes.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
-		return "", nil, &requestError{kind: errUnsupportedMediaType, field: "Content-Type",
+		return nil, &requestError{kind: errUnsupportedMediaType, field: "Content-Type",
 			detail: fmt.Sprintf("send application/json, not %q", ct)}
 	}
-	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return "", nil, err
+			return nil, err
 		}
-		return "", nil, invalid("", "reading the request body: %v", err)
+		return nil, invalid("", "reading the request body: %v", err)
 	}
-	return key, body, nil
+	return body, nil
 }
 
 // isJSON accepts application/json and the structured +json types (application/merge+json and

@@ -85,6 +85,11 @@ type Deps struct {
 	// Views answers the list, DLQ and stats endpoints from the projections. Optional: when nil,
 	// GET /v1/deliveries, GET /v1/dlq and GET /v1/stats do not exist.
 	Views Views
+	// Replay and Reconcile record an operator's decisions (POST /v1/deliveries/{id}/replay,
+	// POST /v1/dlq/replay, POST /v1/deliveries/{id}/reconcile). Optional: when nil, those routes
+	// do not exist; the DLQ replay needs Views too.
+	Replay    *commands.ReplayHandler
+	Reconcile *commands.ReconcileHandler
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error

@@ -87,6 +87,9 @@ func problemFor(err error) problem {
 		// Fixed text: the store's error may carry database detail.
 		p.Status, p.Field = http.StatusConflict, headerIdempotencyKey
 		p.Detail = "a request with this Idempotency-Key is still being processed; retry later"
+	case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrNotUnknown):
+		// The delivery is real but in a state the decision does not apply to.
+		p.Status, p.Field = http.StatusConflict, "state"
 	case errors.Is(err, errUnsupportedMediaType):
 		p.Status = http.StatusUnsupportedMediaType
 	case errors.Is(err, commands.ErrRequestMismatch):
@@ -114,8 +117,10 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
 	case http.StatusConflict:
-		// The first request is usually done within a second; tell well-behaved clients so.
-		w.Header().Set("Retry-After", "1")
+		if errors.Is(err, commands.ErrRequestInFlight) {
+			// The first request is usually done within a second; tell well-behaved clients so.
+			w.Header().Set("Retry-After", "1")
+		}
 	}
 	body, merr := json.Marshal(p)
 	if merr != nil {

@@ -85,6 +85,16 @@ func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return fmt.Errorf("delivery status: %w", err)
 	}
+	out := statusOf(d)
+	if !asOf.IsZero() {
+		out.AsOf = &asOf
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// statusOf is the status document of a folded delivery.
+func statusOf(d *domain.Delivery) deliveryStatus {
 	out := deliveryStatus{
 		ID:             d.ID(),
 		NotificationID: d.NotificationID(),
@@ -100,14 +110,10 @@ func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant s
 		NextAttemptAt:  d.NextAttemptAt(),
 		IdempotencyKey: d.RequestKey(),
 	}
-	if !asOf.IsZero() {
-		out.AsOf = &asOf
-	}
 	if res := d.LastResult(); res != nil && (res.Class != "" || res.Error != "") {
 		out.LastError = &lastError{Class: res.Class, Message: res.Error, StatusCode: res.StatusCode}
 	}
-	s.writeJSON(w, r, http.StatusOK, out)
-	return nil
+	return out
 }
 
 // deliveryEvents is GET /v1/deliveries/{id}/events: the audit trail, as stored.

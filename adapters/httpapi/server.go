@@ -12,6 +12,9 @@
 //	GET  /v1/deliveries                 list from the status view (?state=&channel=&recipient=&since=&until=&limit=&cursor=)
 //	GET  /v1/dlq                        list from the DLQ view (dead and unknown; same filters)
 //	GET  /v1/stats                      the tenant's counters per channel and state
+//	POST /v1/deliveries/{id}/replay     a dead delivery starts a new attempt cycle → 202
+//	POST /v1/dlq/replay                 replay the dead deliveries of one DLQ page (GET /v1/dlq's filters)
+//	POST /v1/deliveries/{id}/reconcile  resolve an unknown outcome with evidence
 //	GET  /healthz, GET /readyz          liveness, readiness
 //
 // The list answers are {"items":[...],"next_cursor":"...","view":{...}}: next_cursor is absent on
@@ -29,7 +32,8 @@
 //	404  unknown route, or a delivery that does not exist or belongs to another tenant (the two
 //	     are indistinguishable on purpose)
 //	405  known route, other method
-//	409  a request with the same Idempotency-Key is still in flight
+//	409  a request with the same Idempotency-Key is still in flight; a replay of a delivery that is
+//	     not dead, or a reconciliation of one whose outcome is not unknown (field "state")
 //	413  body larger than Config.MaxBodyBytes
 //	415  a Content-Type other than JSON
 //	422  the Idempotency-Key was used before with a different request
@@ -112,6 +116,15 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 		s.mux.HandleFunc("GET /v1/deliveries", s.tenantOnly(s.listDeliveries))
 		s.mux.HandleFunc("GET /v1/dlq", s.tenantOnly(s.listDLQ))
 		s.mux.HandleFunc("GET /v1/stats", s.tenantOnly(s.stats))
+	}
+	if deps.Replay != nil {
+		s.mux.HandleFunc("POST /v1/deliveries/{id}/replay", s.tenantOnly(s.replayDelivery))
+		if deps.Views != nil {
+			s.mux.HandleFunc("POST /v1/dlq/replay", s.tenantOnly(s.replayDLQ))
+		}
+	}
+	if deps.Reconcile != nil {
+		s.mux.HandleFunc("POST /v1/deliveries/{id}/reconcile", s.tenantOnly(s.reconcileDelivery))
 	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)

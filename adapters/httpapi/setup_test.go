@@ -16,6 +16,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
 
@@ -52,6 +53,9 @@ func setup(t *testing.T, opts ...option) *bundle {
 		Events:   store,
 		Requests: store,
 		Views:    projections.NewReader(schema.Pool),
+		Replay:   commands.NewReplayHandler(store, topics, commands.SystemClock{}),
+		Reconcile: commands.NewReconcileHandler(store, topics, commands.SystemClock{},
+			func(string) domain.RetryPolicy { return domain.DefaultRetryPolicy() }),
 	}
 	for _, opt := range opts {
 		opt(&cfg, &deps)

@@ -190,7 +190,11 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 			Events:   a.store,
 			Requests: a.store,
 			Views:    projections.NewReader(a.pool),
-			Ready:    a.ready,
+			// An operator's decisions are rare: they go straight to the store, not through a
+			// batcher.
+			Replay:    commands.NewReplayHandler(a.store, a.topology, clock),
+			Reconcile: commands.NewReconcileHandler(a.store, a.topology, clock, policies),
+			Ready:     a.ready,
 		}, logger.With("role", "api"))
 		if err != nil {
 			a.pool.Close()

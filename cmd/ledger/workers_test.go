@@ -407,3 +407,36 @@ func TestLostBrokerMessageIsRedriven(t *testing.T) {
 		t.Fatalf("webhook called %d times, want 1", n)
 	}
 }
+
+// TestReplayedDeadDeliveryIsDelivered: a delivery that died of a permanent failure is replayed
+// over the API once the receiver is fixed; the relay and a worker take the replayed attempt
+// through the broker like any other, and the history keeps both cycles.
+func TestReplayedDeadDeliveryIsDelivered(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	b.sink.script(func(_ *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusGone, nil
+		}
+		return http.StatusOK, nil
+	})
+	id := b.accept(t, "replay-1", b.sink.URL+"/moved", domain.PriorityNormal)
+	b.waitState(t, id, domain.StateDead, 20*time.Second)
+
+	resp, body := b.do(t, "POST", "/v1/deliveries/"+id+"/replay", "", map[string]any{"reason": "receiver back"})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("replay: %d %s", resp.StatusCode, body)
+	}
+	st := b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+	if st.Attempts != 2 || b.sink.count(id) != 2 {
+		t.Fatalf("delivered at attempt %d after %d calls, want 2 and 2", st.Attempts, b.sink.count(id))
+	}
+	want := "accepted,queued,processing,dead,queued,processing,delivered"
+	if got := strings.Join(states(b.history(t, id)), ","); got != want {
+		t.Fatalf("states %s, want %s", got, want)
+	}
+	replayed := eventsOfType(b.history(t, id), domain.EventReplayed)
+	if len(replayed) != 1 || !strings.Contains(string(replayed[0].Data), "receiver back") {
+		t.Fatalf("replay events %+v, want one with the reason", replayed)
+	}
+}

@@ -1,0 +1,202 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// An operator's two decisions: replay dead deliveries (one, or a page of the DLQ view), and
+// resolve an unknown outcome with evidence. Each is an appended event; the answers show the
+// delivery as the decision left it.
+
+// Bounds of the free text an operator records with a decision.
+const (
+	maxReasonLen   = 500
+	maxEvidenceLen = 2000
+)
+
+// replayRequest is the optional body of the replay endpoints.
+type replayRequest struct {
+	Reason string `json:"reason"`
+}
+
+// reconcileRequest is the body of POST /v1/deliveries/{id}/reconcile.
+type reconcileRequest struct {
+	// Outcome is what the evidence shows: delivered, dead (failed for good) or retrying (the
+	// provider never got it: another attempt is safe; dead if no attempt is left).
+	Outcome  string `json:"outcome"`
+	Evidence string `json:"evidence"`
+	// Actor names who decided; "api" when absent.
+	Actor               string `json:"actor"`
+	StatusCode          int    `json:"status_code"`
+	ProviderOperationID string `json:"provider_operation_id"`
+}
+
+// reconcileOutcomes maps the wire names (the state each leads to) to outcome kinds.
+var reconcileOutcomes = map[string]domain.OutcomeKind{
+	string(domain.StateDelivered): domain.OutcomeDelivered,
+	string(domain.StateDead):      domain.OutcomePermanent,
+	string(domain.StateRetrying):  domain.OutcomeTransient,
+}
+
+// dlqReplayAnswer is POST /v1/dlq/replay.
+type dlqReplayAnswer struct {
+	Replayed []string        `json:"replayed"`
+	Skipped  []replaySkipped `json:"skipped"`
+	// NextCursor continues with the DLQ page after this one (the same filters); absent on the
+	// last page.
+	NextCursor string   `json:"next_cursor,omitempty"`
+	View       viewInfo `json:"view"`
+}
+
+// replaySkipped is a delivery of the page that was not replayed, and why: the view lags the
+// log, so a delivery it lists as dead may have been replayed already.
+type replaySkipped struct {
+	ID     string       `json:"id"`
+	State  domain.State `json:"state,omitempty"`
+	Detail string       `json:"detail"`
+}
+
+// readReason decodes an optional replay body.
+func (s *server) readReason(w http.ResponseWriter, r *http.Request) (string, error) {
+	body, err := s.readBody(w, r)
+	if err != nil || len(body) == 0 {
+		return "", err
+	}
+	var req replayRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return "", err
+	}
+	if err := checkText("reason", req.Reason, maxReasonLen); err != nil {
+		return "", err
+	}
+	return req.Reason, nil
+}
+
+func checkText(field, v string, maxLen int) error {
+	switch {
+	case !utf8.ValidString(v):
+		return invalid(field, "must be valid UTF-8")
+	case utf8.RuneCountInString(v) > maxLen:
+		return invalid(field, "at most %d characters", maxLen)
+	}
+	return nil
+}
+
+// replayDelivery is POST /v1/deliveries/{id}/replay: a dead delivery starts a new attempt cycle.
+func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant string) error {
+	reason, err := s.readReason(w, r)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if _, err := uuid.Parse(id); err != nil {
+		return commands.ErrNotFound
+	}
+	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: reason})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusAccepted, statusOf(d))
+	return nil
+}
+
+// replayDLQ is POST /v1/dlq/replay: replays the dead deliveries of one page of the DLQ view,
+// chosen with the filters of GET /v1/dlq (state is always dead: an unknown outcome is
+// reconciled, not replayed).
+func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string) error {
+	q := r.URL.Query()
+	if v := q.Get("state"); v != "" && v != string(domain.StateDead) {
+		return invalid("state", "only dead deliveries are replayed; an unknown outcome is resolved with POST /v1/deliveries/{id}/reconcile")
+	}
+	f, err := s.parseFilter(q, []domain.State{domain.StateDead})
+	if err != nil {
+		return err
+	}
+	f.State = domain.StateDead
+	reason, err := s.readReason(w, r)
+	if err != nil {
+		return err
+	}
+	page, err := s.deps.Views.DeadLetters(r.Context(), tenant, f)
+	if err != nil {
+		return err
+	}
+	out := dlqReplayAnswer{Replayed: []string{}, Skipped: []replaySkipped{}, View: newViewInfo(page.View)}
+	if page.Next != nil {
+		out.NextCursor = page.Next.String()
+	}
+	for _, row := range page.Items {
+		d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: row.ID, Reason: reason})
+		switch {
+		case err == nil:
+			out.Replayed = append(out.Replayed, row.ID)
+		case errors.Is(err, domain.ErrNotDead):
+			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, State: d.State(), Detail: "no longer dead"})
+		case errors.Is(err, commands.ErrNotFound):
+			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, Detail: "not found"})
+		default:
+			// What was replayed stays replayed; the caller sees the failure and can run the same
+			// request again, which skips what is no longer dead.
+			return err
+		}
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// reconcileDelivery is POST /v1/deliveries/{id}/reconcile: resolves an unknown outcome with
+// the evidence the operator or provider has.
+func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenant string) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req reconcileRequest
+	if len(body) == 0 {
+		return invalid("", "send a JSON body with outcome and evidence")
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	kind, ok := reconcileOutcomes[req.Outcome]
+	switch {
+	case req.Outcome == "":
+		return invalid("outcome", "required: delivered, dead or retrying")
+	case !ok:
+		return invalid("outcome", "unknown outcome %q; one of: delivered, dead, retrying", req.Outcome)
+	case req.Evidence == "":
+		return invalid("evidence", "required: what shows the outcome (a provider receipt, a log line, a ticket)")
+	case req.StatusCode != 0 && (req.StatusCode < 100 || req.StatusCode > 599):
+		return invalid("status_code", "must be an HTTP status from 100 to 599")
+	}
+	for _, t := range []struct {
+		field, v string
+		max      int
+	}{{"evidence", req.Evidence, maxEvidenceLen}, {"actor", req.Actor, maxReasonLen}, {"provider_operation_id", req.ProviderOperationID, maxReasonLen}} {
+		if err := checkText(t.field, t.v, t.max); err != nil {
+			return err
+		}
+	}
+	if req.Actor == "" {
+		req.Actor = "api"
+	}
+	id := r.PathValue("id")
+	if _, err := uuid.Parse(id); err != nil {
+		return commands.ErrNotFound
+	}
+	d, err := s.deps.Reconcile.Handle(r.Context(), commands.Reconcile{Tenant: tenant, DeliveryID: id,
+		Outcome:  domain.Outcome{Kind: kind, StatusCode: req.StatusCode, ProviderOperationID: req.ProviderOperationID},
+		Evidence: req.Evidence, Actor: req.Actor})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, statusOf(d))
+	return nil
+}
