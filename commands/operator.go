@@ -26,6 +26,8 @@ type ReplayHandler struct {
 	store  EventStore
 	topics Topics
 	clock  Clock
+	// OnDecided, when set, is told the channel and decision ("replayed") of each recorded replay.
+	OnDecided func(channel, decision string)
 }
 
 // NewReplayHandler builds the command.
@@ -37,7 +39,7 @@ func NewReplayHandler(store EventStore, topics Topics, clock Clock) *ReplayHandl
 // dead is refused with domain.ErrNotDead (and returned as it is), one of another tenant or none
 // at all with ErrNotFound.
 func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Delivery, error) {
-	return decide(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) ([]domain.Event, []OutboxMessage, error) {
+	d, err := decide(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) ([]domain.Event, []OutboxMessage, error) {
 		now := h.clock.Now()
 		replayed, err := d.Replay(cmd.Reason, now)
 		if err != nil {
@@ -51,6 +53,10 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 		}
 		return replayed, []OutboxMessage{msg}, nil
 	})
+	if err == nil && h.OnDecided != nil {
+		h.OnDecided(d.Channel(), "replayed")
+	}
+	return d, err
 }
 
 // Reconcile resolves the unknown outcome of a delivery's latest attempt with evidence.
@@ -72,6 +78,9 @@ type ReconcileHandler struct {
 	clock    Clock
 	policies Policies
 	jitter   func() float64
+	// OnDecided, when set, is told the channel and decision ("reconciled_" and the state it led
+	// to) of each recorded resolution.
+	OnDecided func(channel, decision string)
 }
 
 // NewReconcileHandler builds the command.
@@ -82,7 +91,7 @@ func NewReconcileHandler(store EventStore, topics Topics, clock Clock, policies 
 // Handle resolves the outcome and returns the delivery after it. A delivery whose outcome is not
 // unknown is refused with domain.ErrNotUnknown (and returned as it is).
 func (h *ReconcileHandler) Handle(ctx context.Context, cmd Reconcile) (*domain.Delivery, error) {
-	return decide(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) ([]domain.Event, []OutboxMessage, error) {
+	d, err := decide(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) ([]domain.Event, []OutboxMessage, error) {
 		now := h.clock.Now()
 		resolved, err := d.Reconcile(cmd.Outcome, cmd.Evidence, cmd.Actor, h.policies(d.Channel()), now, h.jitter())
 		if err != nil {
@@ -94,6 +103,10 @@ func (h *ReconcileHandler) Handle(ctx context.Context, cmd Reconcile) (*domain.D
 		}
 		return resolved, outbox, nil
 	})
+	if err == nil && h.OnDecided != nil {
+		h.OnDecided(d.Channel(), "reconciled_"+string(d.State()))
+	}
+	return d, err
 }
 
 // decide loads a tenant's delivery, lets step decide on it and appends what step decided. On a

@@ -167,6 +167,8 @@ func TestReconcileResolvesAnUnknownOutcome(t *testing.T) {
 	if _, err := f.reconcile.Handle(ctx, bad); err == nil {
 		t.Fatal("an unknown outcome resolved an unknown outcome")
 	}
+	var decisions []string
+	f.reconcile.OnDecided = func(channel, decision string) { decisions = append(decisions, channel+"/"+decision) }
 	after, err := f.reconcile.Handle(ctx, commands.Reconcile{Tenant: "acme", DeliveryID: d.ID(),
 		Outcome: domain.Outcome{Kind: domain.OutcomeTransient}, Evidence: "receiver's access log has no request", Actor: "ops"})
 	if err != nil {
@@ -175,6 +177,9 @@ func TestReconcileResolvesAnUnknownOutcome(t *testing.T) {
 	if after.State() != domain.StateRetrying || after.NextAttemptAt() == nil {
 		t.Fatalf("after reconcile: %s next %v, want retrying with a due time", after.State(), after.NextAttemptAt())
 	}
+	if !slices.Equal(decisions, []string{"webhook/reconciled_retrying"}) {
+		t.Fatalf("decisions told %v, want one reconciled_retrying", decisions)
+	}
 	queues, msgs, _ := f.outboxWork(t)
 	if len(msgs) != 1 || msgs[0].Attempt != 2 || queues[0] == f.topics.Work("webhook", domain.PriorityNormal) {
 		t.Fatalf("outbox %v %+v, want attempt 2 in a delay tier", queues, msgs)
@@ -182,6 +187,9 @@ func TestReconcileResolvesAnUnknownOutcome(t *testing.T) {
 	if _, err := f.reconcile.Handle(ctx, commands.Reconcile{Tenant: "acme", DeliveryID: d.ID(),
 		Outcome: domain.Outcome{Kind: domain.OutcomeDelivered}, Evidence: "late receipt"}); !errors.Is(err, domain.ErrNotUnknown) {
 		t.Fatalf("second resolution: %v, want ErrNotUnknown", err)
+	}
+	if len(decisions) != 1 {
+		t.Fatalf("a refused resolution was counted: %v", decisions)
 	}
 	stream, err := f.store.Load(ctx, d.ID())
 	if err != nil {

@@ -33,6 +33,7 @@ type Metrics struct {
 	projectionLagEvents  *prometheus.GaugeVec
 	projectionLagSeconds *prometheus.GaugeVec
 	viewDeliveries       *prometheus.GaugeVec
+	decisions            *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast local call to a slow provider.
@@ -112,6 +113,10 @@ func New() *Metrics {
 			Name: "ledger_view_deliveries",
 			Help: "Deliveries in each state over all tenants, from the counters view, by channel and state.",
 		}, []string{"channel", "state"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_operator_decisions_total",
+			Help: "Operator decisions recorded through the API, by channel and decision (replayed, reconciled_delivered, reconciled_dead, reconciled_retrying).",
+		}, []string{"channel", "decision"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -119,6 +124,7 @@ func New() *Metrics {
 		m.accepts, m.attempts, m.retries, m.deadLetters, m.deferrals, m.attemptLatency,
 		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
 		m.projectionApplied, m.projectionLagEvents, m.projectionLagSeconds, m.viewDeliveries,
+		m.decisions,
 	)
 	return m
 }
@@ -126,6 +132,13 @@ func New() *Metrics {
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// Decided counts an operator's decision about a delivery.
+func (m *Metrics) Decided(channel, decision string) {
+	if m != nil {
+		m.decisions.WithLabelValues(channel, decision).Inc()
+	}
 }
 
 // Accepted counts accepted deliveries.

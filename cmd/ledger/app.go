@@ -182,6 +182,10 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 		a.batcher = postgres.NewAcceptBatcher(a.store, postgres.DefaultAcceptCommitters, postgres.DefaultAcceptBatch)
 		accept := commands.NewAcceptHandler(a.batcher, a.topology, clock, cfg.MaxAttempts)
 		accept.OnAccepted = a.metrics.Accepted
+		replay := commands.NewReplayHandler(a.store, a.topology, clock)
+		replay.OnDecided = a.metrics.Decided
+		reconcile := commands.NewReconcileHandler(a.store, a.topology, clock, policies)
+		reconcile.OnDecided = a.metrics.Decided
 		api, err := httpapi.New(httpapi.Config{
 			APIKeys:  keys,
 			Channels: map[string]func(string) error{channelWebhook: httpapi.ValidateWebhookURL},
@@ -192,8 +196,8 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 			Views:    projections.NewReader(a.pool),
 			// An operator's decisions are rare: they go straight to the store, not through a
 			// batcher.
-			Replay:    commands.NewReplayHandler(a.store, a.topology, clock),
-			Reconcile: commands.NewReconcileHandler(a.store, a.topology, clock, policies),
+			Replay:    replay,
+			Reconcile: reconcile,
 			Ready:     a.ready,
 		}, logger.With("role", "api"))
 		if err != nil {

@@ -439,4 +439,7 @@ func TestReplayedDeadDeliveryIsDelivered(t *testing.T) {
 	if len(replayed) != 1 || !strings.Contains(string(replayed[0].Data), "receiver back") {
 		t.Fatalf("replay events %+v, want one with the reason", replayed)
 	}
+	if want := `ledger_operator_decisions_total{channel="webhook",decision="replayed"} 1`; !strings.Contains(b.metricsText(t), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
 }
