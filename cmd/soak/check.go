@@ -26,6 +26,8 @@ type evidence struct {
 	streams    map[string][]domain.Event
 	calls      []sinkCall
 	incidents  []incident
+	// replaying: the soak replayed dead deliveries all through the run, so none may end dead.
+	replaying bool
 }
 
 // verdict is the checker's finding.
@@ -36,7 +38,10 @@ type verdict struct {
 	SameAttemptCalls               int // extra sink calls for one (delivery, attempt)
 	ResentAfterSuccess             int // extra attempts of one delivery that the sink answered 200
 	ByUnknown, ByKill, Unexplained int
-	Failures                       []string
+	// Gone counts deliveries whose first attempt the sink answered 410; Replayed the deliveries
+	// with a replay in their history.
+	Gone, Replayed int
+	Failures       []string
 	// examples are delivery ids whose history is printed after the failures.
 	examples map[string]string
 }
@@ -68,11 +73,13 @@ type attemptKey struct {
 
 // history is what one stream says about its attempts.
 type history struct {
-	d        *domain.Delivery
-	started  map[int]bool
-	unknown  map[int]string // attempt → the unknown outcome's error
-	outcome  map[int]domain.EventType
+	d       *domain.Delivery
+	started map[int]bool
+	unknown map[int]string // attempt → the unknown outcome's error
+	outcome map[int]domain.EventType
+	// terminal lists the terminal events of the current cycle (since the last replay).
 	terminal []domain.EventType
+	replays  int
 	last     domain.Event
 }
 
@@ -101,6 +108,8 @@ func readHistory(events []domain.Event) (*history, error) {
 		switch e.Type {
 		case domain.EventDelivered, domain.EventDeadLettered, domain.EventReconciledDelivered, domain.EventReconciledDead:
 			h.terminal = append(h.terminal, e.Type)
+		case domain.EventReplayed:
+			h.terminal, h.replays = nil, h.replays+1
 		}
 	}
 	return h, nil
@@ -152,7 +161,41 @@ func check(ev evidence) *verdict {
 		v.fail("lost: %d accepted deliveries never settled", v.Stuck)
 	}
 	checkSink(v, ev, accepted, histories)
+	checkReplays(v, ev, histories)
 	return v
+}
+
+// checkReplays checks that the deliveries the sink killed with a 410 were replayed and then
+// delivered, when the soak replayed the DLQ.
+func checkReplays(v *verdict, ev evidence, histories map[string]*history) {
+	gone := map[string]bool{}
+	for _, c := range ev.calls {
+		if c.Status == http.StatusGone {
+			gone[c.ID] = true
+		}
+	}
+	v.Gone = len(gone)
+	for _, h := range histories {
+		if h.replays > 0 {
+			v.Replayed++
+		}
+	}
+	if !ev.replaying {
+		return
+	}
+	notReplayed := 0
+	for id := range gone {
+		if h := histories[id]; h != nil && (h.replays == 0 || h.d.State() != domain.StateDelivered) {
+			notReplayed++
+			v.example(id, "answered 410, not replayed and delivered")
+		}
+	}
+	if notReplayed > 0 {
+		v.fail("%d deliveries the sink answered 410 were not replayed and delivered", notReplayed)
+	}
+	if v.Dead > 0 {
+		v.fail("%d deliveries ended dead although the DLQ was replayed all through the run", v.Dead)
+	}
 }
 
 // checkHistory checks one settled-or-not delivery: exactly one terminal state, or unknown with
@@ -167,7 +210,7 @@ func checkHistory(v *verdict, id, key string, h *history) {
 		v.Delivered++
 	case domain.StateDead:
 		v.Dead++
-		v.example(id, "dead (the sink fails only first attempts)")
+		v.example(id, "dead (the sink kills only first attempts, and the soak replays them)")
 	case domain.StateUnknown:
 		v.Unknown++
 	default:

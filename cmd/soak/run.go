@@ -50,6 +50,10 @@ type runner struct {
 	producer *producer
 	chaos    *chaos
 	tracker  *tracker
+	replayer *replayer
+	// replaying: the ledger under test replays its DLQ over the API, and the soak does so all
+	// through the run.
+	replaying bool
 }
 
 // run runs the soak and returns the exit code. The last line it prints is
@@ -128,6 +132,16 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	}
 
 	r.tracker = newTracker(postgres.NewEventStore(r.env.pool))
+	r.replayer = newReplayer(r.api)
+	r.replaying = r.replayer.supported(ctx)
+	r.tracker.replaying = r.replaying
+	replayCtx, stopReplays := context.WithCancel(ctx)
+	defer stopReplays()
+	if r.replaying {
+		go r.replayer.loop(replayCtx)
+	} else {
+		r.say("this ledger has no POST /v1/dlq/replay: dead deliveries stay dead")
+	}
 	r.producer = newProducer(r.api, r.sink.URL(), r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
 	r.chaos = newChaos(r.procs, r.seed, r.say)
 	produced := make(chan struct{})
@@ -138,6 +152,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	r.runChaos(ctx, produced)
 	<-produced
 	r.waitSettled(ctx)
+	stopReplays()
 
 	// The checks run even when the run timed out: use a context of their own.
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(parent), 3*time.Minute)
@@ -319,7 +334,7 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 		return nil, err
 	}
 	incidents, chaosFailures := r.chaos.snapshot()
-	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents}
+	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents, replaying: r.replaying}
 	v := check(ev)
 	for _, f := range chaosFailures {
 		v.fail("chaos: %s", f)
@@ -358,6 +373,10 @@ func (r *runner) report(v *verdict, ev evidence) {
 	r.say("sink: calls=%d", len(ev.calls))
 	r.say("states: delivered=%d dead=%d unknown=%d (slow answer %d, worker stopped mid-call %d) missing=%d stuck=%d",
 		v.Delivered, v.Dead, v.Unknown, v.UnknownSlow, v.UnknownStopped, v.Missing, v.Stuck)
+	if r.replaying {
+		r.say("replays: %d deliveries answered 410 died, %d replayed through the DLQ (%d replay requests failed while processes died)",
+			v.Gone, v.Replayed, r.replayer.failures.Load())
+	}
 	r.say("duplicates: %d (same attempt called again %d, delivery resent after a 200 %d; explained by unknown %d, by a redelivery after a kill %d, unexplained %d)",
 		v.Duplicates(), v.SameAttemptCalls, v.ResentAfterSuccess, v.ByUnknown, v.ByKill, v.Unexplained)
 	if !r.features.verify {

@@ -12,10 +12,11 @@ import (
 // loadChunk is how many streams one query loads.
 const loadChunk = 500
 
-// settled reports whether no worker will move a delivery in state s any more: delivered and
-// dead are terminal, and unknown waits for reconciliation.
-func settled(s domain.State) bool {
-	return s == domain.StateDelivered || s == domain.StateDead || s == domain.StateUnknown
+// settled reports whether nothing will move a delivery in state s any more: delivered is
+// terminal, unknown waits for reconciliation, and dead is terminal unless the soak's operator
+// replays dead deliveries (then it waits for the replay and the next attempt).
+func (t *tracker) settled(s domain.State) bool {
+	return s == domain.StateDelivered || s == domain.StateUnknown || (s == domain.StateDead && !t.replaying)
 }
 
 // tracker follows the accepted deliveries by folding their streams from the events table.
@@ -25,6 +26,8 @@ type tracker struct {
 	states map[string]domain.State
 	// changed is when a delivery was last seen in a new state.
 	changed time.Time
+	// replaying: the soak replays dead deliveries, so dead is not settled.
+	replaying bool
 }
 
 func newTracker(store *postgres.EventStore) *tracker {
@@ -36,7 +39,7 @@ func newTracker(store *postgres.EventStore) *tracker {
 func (t *tracker) refresh(ctx context.Context, ids []string, all bool) (int, error) {
 	var load []string
 	for _, id := range ids {
-		if all || !settled(t.states[id]) {
+		if all || !t.settled(t.states[id]) {
 			load = append(load, id)
 		}
 	}
@@ -61,7 +64,7 @@ func (t *tracker) refresh(ctx context.Context, ids []string, all bool) (int, err
 	}
 	n := 0
 	for _, id := range ids {
-		if settled(t.states[id]) {
+		if t.settled(t.states[id]) {
 			n++
 		}
 	}

@@ -14,12 +14,13 @@ import (
 )
 
 // Fates of a first attempt, decided from a hash of the delivery id so that a run's mix does not
-// depend on timing: about 5 % answer 503 (the delivery is retried) and about 1 % answer only
-// after the worker's webhook timeout (the worker records the outcome as unknown). Later attempts
-// always get 200.
+// depend on timing: about 5 % answer 503 (the delivery is retried), about 1 % answer only after
+// the worker's webhook timeout (the worker records the outcome as unknown) and about 1.5 % answer
+// 410 (the delivery dies, and the soak's operator replays it). Later attempts always get 200.
 const (
 	fatePermille503  = 50
 	fatePermilleSlow = 10
+	fatePermilleGone = 15
 	// slowAnswer is well past the webhook timeout.
 	slowAnswer = webhookTimeout + 500*time.Millisecond
 )
@@ -30,6 +31,7 @@ const (
 	fateOK fate = iota
 	fateUnavailable
 	fateSlow
+	fateGone
 )
 
 func fateOf(id string, attempt int) fate {
@@ -43,6 +45,8 @@ func fateOf(id string, attempt int) fate {
 		return fateUnavailable
 	case n < fatePermille503+fatePermilleSlow:
 		return fateSlow
+	case n < fatePermille503+fatePermilleSlow+fatePermilleGone:
+		return fateGone
 	}
 	return fateOK
 }
@@ -94,6 +98,8 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 		call.Status = http.StatusServiceUnavailable
 	case fateSlow:
 		call.Slow = true
+	case fateGone:
+		call.Status = http.StatusGone
 	}
 	s.mu.Lock()
 	s.calls = append(s.calls, call)
