@@ -104,12 +104,20 @@ func buildApp(ctx context.Context, cfg Config, logger *slog.Logger, options ...a
 	}
 	if err := a.declareTopology(); err != nil {
 		if roles["relay"] || roles["worker"] {
-			a.pool.Close()
-			return nil, err
+			// The relay must not publish before the queues exist (the broker drops a message
+			// to a missing queue), and workers have nothing to consume: wait for the broker
+			// rather than exit, so a broker restarting as the ledger starts costs a pause, not
+			// a crash loop.
+			if err := a.untilTopology(ctx, err); err != nil {
+				a.pool.Close()
+				return nil, err
+			}
+		} else {
+			// The API and the projector only write to PostgreSQL: accepting while the broker is
+			// down is exactly what the outbox is for. The relay declares the topology when it
+			// starts.
+			logger.Warn("broker unreachable; starting without it", "err", err)
 		}
-		// The API and the projector only write to PostgreSQL: accepting while the broker is
-		// down is exactly what the outbox is for. The relay declares the topology when it starts.
-		logger.Warn("broker unreachable; starting without it", "err", err)
 	}
 	a.store = postgres.NewEventStore(a.pool)
 	clock := commands.SystemClock{}
@@ -232,6 +240,49 @@ func (a *App) declareTopology() error {
 			"queues", kept)
 	}
 	return err
+}
+
+// Pauses between attempts to declare the topology while the broker is unreachable at start.
+const (
+	topologyRetryFirst = 500 * time.Millisecond
+	topologyRetryMax   = 5 * time.Second
+)
+
+// untilTopology declares the topology again, with growing pauses, until it succeeds, ctx ends,
+// or the broker refuses for a reason waiting cannot mend (credentials, a queue declared with
+// other arguments); err is the error of the first attempt.
+func (a *App) untilTopology(ctx context.Context, err error) error {
+	start, logged := time.Now(), time.Time{}
+	for pause := topologyRetryFirst; ; pause = min(pause*2, topologyRetryMax) {
+		if !brokerUnreachable(err) {
+			return err
+		}
+		if time.Since(logged) >= 30*time.Second {
+			a.logger.Warn("broker unreachable: the relay and workers wait for it before they start",
+				"err", err, "waited", time.Since(start).Round(time.Second))
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(pause):
+		}
+		if err = a.declareTopology(); err == nil {
+			a.logger.Info("broker reachable; topology declared", "waited", time.Since(start).Round(time.Second))
+			return nil
+		}
+	}
+}
+
+// brokerUnreachable tells a broker that cannot be reached (down, restarting, the connection
+// dropped) from one that answered and refused.
+func brokerUnreachable(err error) bool {
+	var amqpErr *amqp091.Error
+	if errors.As(err, &amqpErr) {
+		return amqpErr.Code != amqp091.AccessRefused && amqpErr.Code != amqp091.PreconditionFailed &&
+			amqpErr.Code != amqp091.NotAllowed && amqpErr.Code != amqp091.NotFound
+	}
+	return !errors.Is(err, amqp091.ErrCredentials) && !errors.Is(err, amqp091.ErrSASL) && !errors.Is(err, amqp091.ErrVhost)
 }
 
 // ready checks that the database and the broker answer.

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -446,4 +449,68 @@ func TestAPIAcceptsWhileTheBrokerIsDown(t *testing.T) {
 	if n != 1 || len(a.Deliveries) != 1 {
 		t.Fatalf("%d outbox rows for %d deliveries, want 1 and 1", n, len(a.Deliveries))
 	}
+}
+
+// TestRelayAndWorkersWaitForTheBrokerAtStart: a ledger with the relay and worker roles started
+// while RabbitMQ cannot be reached waits for it, declares its queues once it answers, and then
+// delivers; it gives up only when it is stopped.
+func TestRelayAndWorkersWaitForTheBrokerAtStart(t *testing.T) {
+	t.Parallel()
+	broker, err := url.Parse(amqptest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A port where nothing listens yet; later a forwarder to the real broker takes it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	cfg.AMQPURL = "amqp://guest:guest@" + addr + "/"
+
+	// Stopped while it waits: it gives up with the reason.
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	_, err = buildApp(ctx, cfg, testLogger())
+	cancel()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("buildApp stopped while the broker is unreachable: %v, want the deadline", err)
+	}
+
+	// The broker comes back a second after the start.
+	const outage = time.Second
+	go func() {
+		time.Sleep(outage)
+		forward, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("listen on %s: %v", addr, err)
+			return
+		}
+		t.Cleanup(func() { forward.Close() })
+		for {
+			c, err := forward.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", broker.Host)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	start := time.Now()
+	b := startApp(t, schema, cfg)
+	if waited := time.Since(start); waited < outage {
+		t.Fatalf("started after %s, before the broker was reachable", waited)
+	}
+	id := b.accept(t, "broker-late-1", b.sink.URL+"/hook", domain.PriorityNormal)
+	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
 }
