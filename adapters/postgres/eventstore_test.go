@@ -625,3 +625,49 @@ func TestAppendBatcherAnswersConflictsAndCommitsTheRest(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesReuseGenericPlansLookupsDoNot: the inserts of an append run on a generic plan once
+// PostgreSQL has one (planning them every time cost as much as running them), while the stream
+// load, a lookup whose plan must follow the table's growth, is still planned on every execution.
+func TestWritesReuseGenericPlansLookupsDoNot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgtest.New(t)
+	// One connection, so that its prepared statements are the ones counted below.
+	pool, err := postgres.Connect(ctx, s.URL, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store := postgres.NewEventStore(pool)
+	var ids []string
+	for range 12 {
+		d, events := acceptedEvents(t)
+		if err := store.Append(ctx, events, nil); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID())
+		if _, err := store.Load(ctx, d.ID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plans := func(prefix string) (generic, custom int64) {
+		t.Helper()
+		err := pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+			FROM pg_prepared_statements WHERE statement LIKE $1 || '%'`, prefix).Scan(&generic, &custom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return generic, custom
+	}
+	if generic, custom := plans("INSERT INTO events"); generic == 0 {
+		t.Errorf("event inserts: %d generic and %d custom plans, want generic plans after the first few", generic, custom)
+	}
+	if generic, custom := plans("SELECT delivery_id::text"); generic != 0 || custom < 12 {
+		t.Errorf("stream loads: %d generic and %d custom plans, want a custom plan every time", generic, custom)
+	}
+	var mode string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "force_custom_plan" {
+		t.Errorf("plan_cache_mode after the writes = %q (%v), want force_custom_plan: the writes' setting must end with their transaction", mode, err)
+	}
+}

@@ -20,14 +20,30 @@ type execer interface {
 // implicit transaction: it all commits, or none of it does. A write that needs no answers from
 // the database before it is complete costs one round trip instead of one per statement plus
 // BEGIN and COMMIT, and at thousands of writes a second the round trips are most of the cost.
+//
+// A write's statements read no table (inserts of parameter arrays, pg_notify), so their plans
+// cannot go stale as the tables grow: a writeBatch lets them reuse a generic plan (see
+// planGenerically). Do not queue a statement that reads a table on one.
 type writeBatch struct {
 	batch pgx.Batch
 }
 
 var _ execer = (*writeBatch)(nil)
 
+// planGenerically opens every writeBatch: for the rest of its transaction, a prepared statement
+// may run on a generic plan once PostgreSQL has found one as good as planning each execution,
+// which the pool's connections otherwise do (force_custom_plan, see Connect, which protects the
+// lookups). Planning an insert of parameter arrays costs about as much as running it; with the
+// writes on generic plans, PostgreSQL spent 0.116-0.127 ms of CPU per accept at 64 clients
+// instead of 0.129, and accepts went from 4,818-5,752 to 5,078-5,807 a second (three pairs of
+// runs, +7 % on average).
+const planGenerically = `SET LOCAL plan_cache_mode = auto`
+
 // Exec queues a statement; its result comes with send.
 func (w *writeBatch) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if w.batch.Len() == 0 {
+		w.batch.Queue(planGenerically)
+	}
 	w.batch.Queue(sql, args...)
 	return pgconn.CommandTag{}, nil
 }
