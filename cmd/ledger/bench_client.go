@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/google/uuid"
 )
@@ -137,7 +138,9 @@ func (c *benchConn) post(host, path, key string, body []byte) (status int, answe
 	}
 	line, err := c.r.ReadSlice('\n')
 	if err != nil {
-		if len(line) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)) {
+		// Closed by the server before a byte of the answer: its FIN reads as the end of the
+		// stream, or, once our write has drawn its RST, as a reset.
+		if len(line) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)) {
 			err = errors.Join(errStaleConn, err)
 		}
 		return 0, nil, false, err

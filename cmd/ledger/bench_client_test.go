@@ -96,39 +96,51 @@ func TestAcceptOneSpeaksHTTP(t *testing.T) {
 }
 
 // TestAcceptOneSendsAgainOnAStaleConnection: a kept-alive connection the server closed while it
-// was idle costs a new connection, not a failed request.
+// was idle (with a FIN), or reset as the next request arrived, costs a new connection, not a
+// failed request.
 func TestAcceptOneSendsAgainOnAStaleConnection(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	var conns atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
+	for _, reset := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reset=%v", reset), func(t *testing.T) {
+			t.Parallel()
+			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				return
+				t.Fatal(err)
 			}
-			n := conns.Add(1)
-			// Answer one request as if the connection stayed open, then drop it.
-			if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-				body := fmt.Sprintf(`{"id":"d-%d"}`, n)
-				fmt.Fprintf(c, "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			t.Cleanup(func() { l.Close() })
+			var conns atomic.Int64
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					n := conns.Add(1)
+					// Answer one request as if the connection stayed open, then drop it.
+					if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+						body := fmt.Sprintf(`{"id":"d-%d"}`, n)
+						fmt.Fprintf(c, "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+					}
+					if reset {
+						// Wait for the next request to arrive, then reset the connection
+						// without answering it: the client reads a reset, not an end.
+						_, _ = c.Read(make([]byte, 1))
+						_ = c.(*net.TCPConn).SetLinger(0)
+					}
+					c.Close()
+				}
+			}()
+			base := "http://" + l.Addr().String()
+			for want := 1; want <= 2; want++ {
+				id, err := acceptOne(base, "http://sink/hook")
+				if err != nil {
+					t.Fatalf("request %d: %v", want, err)
+				}
+				// The second request finds the first connection dead and goes out on a second one.
+				if wantID := fmt.Sprintf("d-%d", want); id != wantID {
+					t.Errorf("request %d answered %q on connection %d, want %s", want, id, conns.Load(), wantID)
+				}
 			}
-			c.Close()
-		}
-	}()
-	base := "http://" + l.Addr().String()
-	for want := 1; want <= 2; want++ {
-		id, err := acceptOne(base, "http://sink/hook")
-		if err != nil {
-			t.Fatalf("request %d: %v", want, err)
-		}
-		// The second request finds the first connection dead and goes out on a second one.
-		if wantID := fmt.Sprintf("d-%d", want); id != wantID {
-			t.Errorf("request %d answered %q on connection %d, want %s", want, id, conns.Load(), wantID)
-		}
+		})
 	}
 }
