@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -95,11 +93,8 @@ func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
-	id := r.PathValue("id")
-	if _, err := uuid.Parse(id); err != nil {
-		return commands.ErrNotFound
-	}
-	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: reason})
+	// The store answers an id that is not a UUID as not found, like any unknown id.
+	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: r.PathValue("id"), Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -187,11 +182,7 @@ func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenan
 	if req.Actor == "" {
 		req.Actor = "api"
 	}
-	id := r.PathValue("id")
-	if _, err := uuid.Parse(id); err != nil {
-		return commands.ErrNotFound
-	}
-	d, err := s.deps.Reconcile.Handle(r.Context(), commands.Reconcile{Tenant: tenant, DeliveryID: id,
+	d, err := s.deps.Reconcile.Handle(r.Context(), commands.Reconcile{Tenant: tenant, DeliveryID: r.PathValue("id"),
 		Outcome:  domain.Outcome{Kind: kind, StatusCode: req.StatusCode, ProviderOperationID: req.ProviderOperationID},
 		Evidence: req.Evidence, Actor: req.Actor})
 	if err != nil {

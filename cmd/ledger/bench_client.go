@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,7 +183,7 @@ func (c *benchConn) post(host, path, key string, body []byte) (status int, answe
 	case chunked:
 		c.body, err = readChunked(c.r, c.body[:0])
 	case length >= 0:
-		c.body = append(c.body[:0], make([]byte, length)...)
+		c.body = slices.Grow(c.body[:0], length)[:length]
 		_, err = io.ReadFull(c.r, c.body)
 	default:
 		// No length: the body runs to the end of the connection.
@@ -219,7 +220,7 @@ func readChunked(r *bufio.Reader, dst []byte) ([]byte, error) {
 			}
 		}
 		start := len(dst)
-		dst = append(dst, make([]byte, n)...)
+		dst = slices.Grow(dst, int(n))[:start+int(n)]
 		if _, err := io.ReadFull(r, dst[start:]); err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,7 +32,7 @@ func newReplayer(api string) *replayer {
 }
 
 // errNoReplay: the ledger under test has no DLQ replay endpoint.
-var errNoReplay = fmt.Errorf("no POST /v1/dlq/replay")
+var errNoReplay = errors.New("no POST /v1/dlq/replay")
 
 // once replays one page; errNoReplay when the ledger has no such endpoint.
 func (p *replayer) once(ctx context.Context) error {
@@ -71,10 +72,10 @@ func (p *replayer) once(ctx context.Context) error {
 // supported asks until the API answers whether it replays (it may be restarting).
 func (p *replayer) supported(ctx context.Context) bool {
 	for ctx.Err() == nil {
-		switch err := p.once(ctx); err {
-		case nil:
+		switch err := p.once(ctx); {
+		case err == nil:
 			return true
-		case errNoReplay:
+		case errors.Is(err, errNoReplay):
 			return false
 		}
 		select {
