@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -34,46 +33,37 @@ func NewDeferAttemptHandler(store EventStore, topics Topics, clock Clock) *Defer
 // (another copy moved it on), in which case nothing is written and the message can be dropped.
 func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (bool, error) {
 	id, attempt := cmd.Message.DeliveryID, cmd.Message.Attempt
-	for range maxConflictRetries {
-		events, err := h.store.Load(ctx, id)
-		if err != nil {
-			return false, fmt.Errorf("defer attempt %d of %s: %w", attempt, id, err)
-		}
-		d, err := domain.Rehydrate(events)
-		if err != nil {
-			return false, err
-		}
+	var deferred bool
+	_, err := decide(ctx, h.store, id, nil, fmt.Sprintf("defer attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
 		until := now.Add(cmd.Delay)
 		var toAppend []domain.Event
 		if awaitsQueue(d, attempt) {
-			if toAppend, err = d.Queue(now); err != nil {
-				return false, err
+			queued, err := d.Queue(now)
+			if err != nil {
+				return decision{}, err
 			}
+			toAppend = queued
 		}
 		if d.State() != domain.StateQueued || d.Attempt() != attempt {
-			return false, nil
+			deferred = false
+			return decision{}, nil
 		}
-		deferred, err := d.Defer(cmd.Reason, until, now)
+		held, err := d.Defer(cmd.Reason, until, now)
 		if err != nil {
-			return false, err
+			return decision{}, err
 		}
-		toAppend = append(toAppend, deferred...)
-		msg, err := workMessageFor(d, h.topics.Retry(d.Channel(), cmd.Delay), attempt, until, deferred[0].Key, false)
+		msg, err := workMessageFor(d, h.topics.Retry(d.Channel(), cmd.Delay), attempt, until, held[0].Key, false)
 		if err != nil {
-			return false, err
+			return decision{}, err
 		}
-		err = h.store.Append(ctx, toAppend, []OutboxMessage{msg})
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, ErrDuplicate), errors.Is(err, ErrVersionConflict):
-			continue
-		default:
-			return false, fmt.Errorf("defer attempt %d of %s: %w", attempt, id, err)
-		}
+		deferred = true
+		return decision{events: append(toAppend, held...), outbox: []OutboxMessage{msg}}, nil
+	})
+	if err != nil {
+		return false, err
 	}
-	return false, fmt.Errorf("defer attempt %d of %s: %w after %d tries", attempt, id, ErrVersionConflict, maxConflictRetries)
+	return deferred, nil
 }
 
 // Reroute sends a message that arrived before its due time back through the delay tiers (its

@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -12,37 +11,18 @@ import (
 // outcome (reconcile.go). Both are appended like any transition, under keys of their own, with
 // the work message or dead letter they call for in the same transaction.
 
-// decide loads a tenant's delivery, lets step decide on it and appends what step decided. On a
-// version conflict or a taken key (another writer moved the delivery meanwhile, or a repeat of
-// this very decision won) it decides again on the new history, so a repeated request is refused
-// on the state the first one left rather than recorded twice.
-func decide(ctx context.Context, store EventStore, tenant, id string,
-	step func(*domain.Delivery) ([]domain.Event, []OutboxMessage, error)) (*domain.Delivery, error) {
-	for range maxConflictRetries {
-		events, err := store.Load(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		d, err := domain.Rehydrate(events)
-		if err != nil {
-			return nil, err
-		}
+// decideFor runs decide for an operator acting for tenant: a delivery of another tenant is not
+// found, exactly like one that does not exist.
+func decideFor(ctx context.Context, store EventStore, tenant, id string,
+	step func(*domain.Delivery) (decision, error)) (*domain.Delivery, error) {
+	d, err := decide(ctx, store, id, nil, "record decision on "+id, func(d *domain.Delivery) (decision, error) {
 		if d.Tenant() != tenant {
-			return nil, ErrNotFound
+			return decision{}, ErrNotFound
 		}
-		decided, outbox, err := step(d)
-		if err != nil {
-			return d, err // refused: nothing was folded in
-		}
-		err = store.Append(ctx, decided, outbox)
-		switch {
-		case err == nil:
-			return d, nil
-		case errors.Is(err, ErrDuplicate), errors.Is(err, ErrVersionConflict):
-			continue
-		default:
-			return nil, fmt.Errorf("record decision on %s: %w", id, err)
-		}
+		return step(d)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, err
 	}
-	return nil, fmt.Errorf("record decision on %s: %w after %d tries", id, ErrVersionConflict, maxConflictRetries)
+	return d, err
 }

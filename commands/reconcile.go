@@ -39,17 +39,17 @@ func NewReconcileHandler(store EventStore, topics Topics, clock Clock, policies 
 // Handle resolves the outcome and returns the delivery after it. A delivery whose outcome is not
 // unknown is refused with domain.ErrNotUnknown (and returned as it is).
 func (h *ReconcileHandler) Handle(ctx context.Context, cmd Reconcile) (*domain.Delivery, error) {
-	d, err := decide(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) ([]domain.Event, []OutboxMessage, error) {
+	d, err := decideFor(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
 		resolved, err := d.Reconcile(cmd.Outcome, cmd.Evidence, cmd.Actor, h.policies(d.Channel()), now, h.jitter())
 		if err != nil {
-			return nil, nil, err
+			return decision{}, err
 		}
 		outbox, err := followUp(h.topics, d, resolved[0].Key, now)
 		if err != nil {
-			return nil, nil, err
+			return decision{}, err
 		}
-		return resolved, outbox, nil
+		return decision{events: resolved, outbox: outbox}, nil
 	})
 	if err == nil && h.OnDecided != nil {
 		h.OnDecided(d.Channel(), "reconciled_"+string(d.State()))

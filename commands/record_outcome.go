@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -70,24 +69,12 @@ func followUp(topics Topics, d *domain.Delivery, eventKey string, now time.Time)
 // Handle records the outcome and returns the delivery's state after it. A repeat for an attempt
 // that is already closed records nothing and returns the current state.
 func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (domain.State, error) {
-	known := cmd.Known
-	for range maxConflictRetries {
-		d := known
-		known = nil
-		if d == nil || d.ID() != cmd.DeliveryID {
-			events, err := h.store.Load(ctx, cmd.DeliveryID)
-			if err != nil {
-				return "", fmt.Errorf("record outcome of %s: %w", cmd.DeliveryID, err)
-			}
-			if d, err = domain.Rehydrate(events); err != nil {
-				return "", err
-			}
-		}
+	d, err := decide(ctx, h.store, cmd.DeliveryID, cmd.Known, "record outcome of "+cmd.DeliveryID, func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
 		closed, err := d.RecordOutcome(cmd.Attempt, cmd.Outcome, h.policies(d.Channel()), now, h.jitter())
 		if errors.Is(err, domain.ErrStaleAttempt) {
 			if !lateOutcome(d, cmd) {
-				return d.State(), nil
+				return decision{}, nil // closed already: nothing to record
 			}
 			// A redelivered copy of this attempt's message marked it unknown while the worker
 			// that made the call was still at it (its broker connection dropped). That worker
@@ -95,22 +82,13 @@ func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (d
 			closed, err = d.Reconcile(cmd.Outcome, lateOutcomeEvidence, "worker", h.policies(d.Channel()), now, h.jitter())
 		}
 		if err != nil {
-			return "", err
+			return decision{}, err
 		}
 		outbox, err := followUp(h.topics, d, closed[0].Key, now)
-		if err != nil {
-			return "", err
-		}
-		err = h.store.Append(ctx, closed, outbox)
-		switch {
-		case err == nil:
-			return d.State(), nil
-		case errors.Is(err, ErrDuplicate), errors.Is(err, ErrVersionConflict):
-			// Another copy closed the attempt or the stream moved: decide again.
-			continue
-		default:
-			return "", fmt.Errorf("record outcome of %s: %w", cmd.DeliveryID, err)
-		}
+		return decision{events: closed, outbox: outbox}, err
+	})
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("record outcome of %s: %w after %d tries", cmd.DeliveryID, ErrVersionConflict, maxConflictRetries)
+	return d.State(), nil
 }

@@ -9,9 +9,6 @@ import (
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// maxConflictRetries bounds the reload-and-decide loop after a version conflict.
-const maxConflictRetries = 8
-
 // awaitsQueue reports whether the attempt's message is the next one the delivery waits for.
 func awaitsQueue(d *domain.Delivery, attempt int) bool {
 	switch d.State() {

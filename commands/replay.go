@@ -32,19 +32,19 @@ func NewReplayHandler(store EventStore, topics Topics, clock Clock) *ReplayHandl
 // dead is refused with domain.ErrNotDead (and returned as it is), one of another tenant or none
 // at all with ErrNotFound.
 func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Delivery, error) {
-	d, err := decide(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) ([]domain.Event, []OutboxMessage, error) {
+	d, err := decideFor(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
 		replayed, err := d.Replay(cmd.Reason, now)
 		if err != nil {
-			return nil, nil, err
+			return decision{}, err
 		}
 		// The replayed event is the queued transition of the new cycle's first attempt: the
 		// relay must not record another one for it.
 		msg, err := workMessageFor(d, h.topics.Work(d.Channel(), d.Priority()), d.Attempt(), now, replayed[0].Key, false)
 		if err != nil {
-			return nil, nil, err
+			return decision{}, err
 		}
-		return replayed, []OutboxMessage{msg}, nil
+		return decision{events: replayed, outbox: []OutboxMessage{msg}}, nil
 	})
 	if err == nil && h.OnDecided != nil {
 		h.OnDecided(d.Channel(), "replayed")

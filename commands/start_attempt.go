@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/deliveryledger/ledger/domain"
@@ -57,77 +56,58 @@ func NewStartAttemptHandler(store EventStore, clock Clock) *StartAttemptHandler 
 // Handle decides whether the worker may call the provider, and records what it decided.
 func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (StartDecision, *domain.Delivery, error) {
 	id, attempt := cmd.Message.DeliveryID, cmd.Message.Attempt
-	for range maxConflictRetries {
-		events, err := h.store.Load(ctx, id)
-		if err != nil {
-			return "", nil, fmt.Errorf("start attempt %d of %s: %w", attempt, id, err)
-		}
-		d, err := domain.Rehydrate(events)
-		if err != nil {
-			return "", nil, err
-		}
+	var answer StartDecision
+	d, err := decide(ctx, h.store, id, nil, fmt.Sprintf("start attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
-		var toAppend []domain.Event
 		wouldStart := awaitsQueue(d, attempt) || (d.Attempt() == attempt && d.State() == domain.StateQueued) ||
 			(d.Attempt() == attempt && d.State() == domain.StateProcessing && cmd.Redelivered && cmd.ProviderDeduplicates)
 		if cmd.NoStart && wouldStart {
-			return StartNotNow, d, nil
+			answer = StartNotNow
+			return decision{}, nil
 		}
 		switch {
 		case awaitsQueue(d, attempt):
 			queued, err := d.Queue(now)
 			if err != nil {
-				return "", nil, err
+				return decision{}, err
 			}
 			started, err := d.StartAttempt(cmd.Provider, now)
 			if err != nil {
-				return "", nil, err
+				return decision{}, err
 			}
-			toAppend = append(queued, started...)
+			answer = StartProceed
+			return decision{events: append(queued, started...)}, nil
 		case d.Attempt() == attempt && d.State() == domain.StateQueued:
-			if toAppend, err = d.StartAttempt(cmd.Provider, now); err != nil {
-				return "", nil, err
-			}
+			started, err := d.StartAttempt(cmd.Provider, now)
+			answer = StartProceed
+			return decision{events: started}, err
 		case d.Attempt() == attempt && d.State() == domain.StateProcessing:
 			// Started and not closed. A fresh copy (a republished duplicate) means another
 			// consumer owns the attempt: leave it to that one. A redelivered copy means the
 			// consumer that started it is gone, and the provider may have acted.
 			if !cmd.Redelivered {
-				return StartSkip, d, nil
+				answer = StartSkip
+				return decision{}, nil
 			}
 			if cmd.ProviderDeduplicates {
-				return StartProceed, d, nil
+				answer = StartProceed
+				return decision{}, nil
 			}
 			unknown, err := d.RecordOutcome(attempt, domain.Outcome{
 				Kind:     domain.OutcomeUnknown,
 				Provider: cmd.Provider,
 				Err:      "worker stopped during the attempt; the provider may have received it",
 			}, domain.RetryPolicy{}, now, 0)
-			if err != nil {
-				return "", nil, err
-			}
-			err = h.store.Append(ctx, unknown, nil)
-			switch {
-			case err == nil, errors.Is(err, ErrDuplicate):
-				return StartRecordedUnknown, d, nil
-			case errors.Is(err, ErrVersionConflict):
-				continue
-			default:
-				return "", nil, fmt.Errorf("record unknown outcome of %s: %w", id, err)
-			}
+			answer = StartRecordedUnknown
+			// A taken key: another redelivered copy recorded the same unknown outcome.
+			return decision{events: unknown, duplicateIsDone: true}, err
 		default:
-			return StartSkip, d, nil
+			answer = StartSkip
+			return decision{}, nil
 		}
-		err = h.store.Append(ctx, toAppend, nil)
-		switch {
-		case err == nil:
-			return StartProceed, d, nil
-		case errors.Is(err, ErrDuplicate), errors.Is(err, ErrVersionConflict):
-			// Another copy or the relay got there first: decide again on the new history.
-			continue
-		default:
-			return "", nil, fmt.Errorf("start attempt %d of %s: %w", attempt, id, err)
-		}
+	})
+	if err != nil {
+		return "", nil, err
 	}
-	return "", nil, fmt.Errorf("start attempt %d of %s: %w after %d tries", attempt, id, ErrVersionConflict, maxConflictRetries)
+	return answer, d, nil
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/metrics"
-	"github.com/deliveryledger/ledger/adapters/worker/limit"
+	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/adapters/worker"
-	"github.com/deliveryledger/ledger/adapters/worker/limit"
+	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )

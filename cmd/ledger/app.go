@@ -23,7 +23,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/adapters/worker"
-	"github.com/deliveryledger/ledger/adapters/worker/fairshare"
+	"github.com/deliveryledger/ledger/adapters/fairshare"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"

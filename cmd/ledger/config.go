@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/worker/limit"
+	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
