@@ -52,15 +52,16 @@ type AcceptHandler struct {
 	// OnAccepted, when set, is told of every newly accepted delivery (metrics).
 	OnAccepted func(channel, priority string, n int)
 
-	store       AcceptStore
-	topics      Topics
-	clock       Clock
-	maxAttempts int
+	store    AcceptStore
+	topics   Topics
+	clock    Clock
+	policies Policies
 }
 
-// NewAcceptHandler builds the accept command. maxAttempts is the server's default and maximum.
-func NewAcceptHandler(store AcceptStore, topics Topics, clock Clock, maxAttempts int) *AcceptHandler {
-	return &AcceptHandler{store: store, topics: topics, clock: clock, maxAttempts: maxAttempts}
+// NewAcceptHandler builds the accept command. The MaxAttempts of a channel's retry policy is the
+// default and the maximum of its deliveries' attempts.
+func NewAcceptHandler(store AcceptStore, topics Topics, clock Clock, policies Policies) *AcceptHandler {
+	return &AcceptHandler{store: store, topics: topics, clock: clock, policies: policies}
 }
 
 // idNamespace derives notification ids and the random part of delivery ids from the caller's
@@ -92,18 +93,23 @@ func DeliveryID(notificationID string, r Recipient, at time.Time) string {
 	return id.String()
 }
 
+// maxAttempts is the number of attempts of a delivery on channel: the channel's policy's, or the
+// request's when it asks for fewer (it may not ask for more).
+func (h *AcceptHandler) maxAttempts(channel string, requested int) (int, error) {
+	allowed := h.policies(channel).MaxAttempts
+	switch {
+	case requested == 0:
+		return allowed, nil
+	case requested > allowed:
+		return 0, fmt.Errorf("%w: max attempts %d is above the server's %d", domain.ErrInvalidDelivery, requested, allowed)
+	}
+	return requested, nil
+}
+
 // Handle records the notification, or returns the stored answer of an identical earlier request.
 func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (AcceptResult, error) {
 	if len(cmd.Recipients) == 0 {
 		return AcceptResult{}, fmt.Errorf("%w: no recipients", domain.ErrInvalidDelivery)
-	}
-	maxAttempts := cmd.MaxAttempts
-	if maxAttempts == 0 {
-		maxAttempts = h.maxAttempts
-	}
-	if maxAttempts > h.maxAttempts {
-		return AcceptResult{}, fmt.Errorf("%w: max attempts %d is above the server's %d",
-			domain.ErrInvalidDelivery, maxAttempts, h.maxAttempts)
 	}
 	priority := cmd.Priority
 	if priority == "" {
@@ -113,6 +119,10 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now}
 	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash}
 	for _, r := range cmd.Recipients {
+		maxAttempts, err := h.maxAttempts(r.Channel, cmd.MaxAttempts)
+		if err != nil {
+			return AcceptResult{}, err
+		}
 		d, events, err := domain.Accept(domain.AcceptSpec{
 			ID:             DeliveryID(result.NotificationID, r, now),
 			Tenant:         cmd.Tenant,

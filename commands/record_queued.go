@@ -66,6 +66,21 @@ func (r *QueuedRecorder) Mark(ctx context.Context, m QueuedMark) error {
 	}
 }
 
+// Confirmed is told of every message the broker confirmed, with the body and metadata it was
+// written to the outbox with. A message that asks for its queued transition (MetaMarkQueued:
+// the first attempt of a delivery) is marked; others are not.
+func (r *QueuedRecorder) Confirmed(ctx context.Context, body []byte, metadata map[string]string) error {
+	if metadata[MetaMarkQueued] != "true" {
+		return nil
+	}
+	work, err := DecodeWorkMessage(body)
+	if err != nil {
+		r.logger.Error("relay: undecodable work message, not recording queued", "err", err)
+		return nil
+	}
+	return r.Mark(ctx, QueuedMark{DeliveryID: work.DeliveryID, Tenant: work.Tenant, Attempt: work.Attempt})
+}
+
 // Run records marks until ctx ends, then records what is left.
 func (r *QueuedRecorder) Run(ctx context.Context) error {
 	for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -73,4 +74,85 @@ func (h *RedriveHandler) Handle(ctx context.Context, deliveryID string, olderTha
 		return false, fmt.Errorf("redrive %s: %w", deliveryID, err)
 	}
 	return true, nil
+}
+
+// StaleLister lists the deliveries a view says have waited for a worker since before olderThan,
+// oldest first: candidates for a redrive, which checks each against its own history.
+// projections.Reader implements it.
+type StaleLister interface {
+	StaleDeliveries(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
+}
+
+// Redriver looks for deliveries that wait with no progress for longer than After and redrives
+// them (RedriveHandler), each at most once per After, so a delivery whose message was lost is
+// sent again and one whose message merely waits long is not flooded with copies.
+type Redriver struct {
+	handler *RedriveHandler
+	stale   StaleLister
+	after   time.Duration
+	logger  *slog.Logger
+	// last is when each delivery was redriven, for the once-per-After rule.
+	last map[string]time.Time
+}
+
+// redriveBatch is the most candidates one round looks at.
+const redriveBatch = 500
+
+// NewRedriver builds the scheduler; after must be positive.
+func NewRedriver(handler *RedriveHandler, stale StaleLister, after time.Duration, logger *slog.Logger) *Redriver {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Redriver{handler: handler, stale: stale, after: after, logger: logger, last: map[string]time.Time{}}
+}
+
+// Run redrives every quarter of After (at least every 100 ms) until ctx ends.
+func (r *Redriver) Run(ctx context.Context) error {
+	ticker := time.NewTicker(max(r.after/4, 100*time.Millisecond))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		r.Round(ctx, time.Now())
+	}
+}
+
+// Round looks once for deliveries that have waited since before now - After and redrives them;
+// it returns how many it redrove.
+func (r *Redriver) Round(ctx context.Context, now time.Time) int {
+	for id, at := range r.last {
+		if now.Sub(at) > r.after {
+			delete(r.last, id)
+		}
+	}
+	olderThan := now.Add(-r.after)
+	ids, err := r.stale.StaleDeliveries(ctx, olderThan, redriveBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.logger.Warn("redrive: list stale deliveries", "err", err)
+		}
+		return 0
+	}
+	sent := 0
+	for _, id := range ids {
+		if _, recent := r.last[id]; recent {
+			continue
+		}
+		ok, err := r.handler.Handle(ctx, id, olderThan)
+		if err != nil {
+			r.logger.Warn("redrive failed", "delivery", id, "err", err)
+			continue
+		}
+		if ok {
+			r.last[id] = now
+			sent++
+		}
+	}
+	if sent > 0 {
+		r.logger.Warn("redrove deliveries that waited with no progress", "count", sent, "after", r.after)
+	}
+	return sent
 }

@@ -52,7 +52,8 @@ type RetryPolicy struct {
 	Base time.Duration
 	// Cap bounds the delay ceiling.
 	Cap time.Duration
-	// MaxAttempts is the number of attempts in one cycle, the first included.
+	// MaxAttempts is the number of attempts in one cycle, the first included: the default and
+	// the most a request may ask for, fixed on each delivery at acceptance.
 	MaxAttempts int
 	// RetryAfterMax bounds a provider's Retry-After (zero: no bound).
 	RetryAfterMax time.Duration

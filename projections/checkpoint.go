@@ -8,13 +8,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/deliveryledger/ledger/adapters/postgres"
 )
 
 // checkpoint is a row of projection_checkpoints.
 type checkpoint struct {
-	at      postgres.LogPosition
+	at      LogPosition
 	events  int64
 	version int
 }
@@ -79,7 +77,7 @@ var errCheckpointMoved = errors.New("checkpoint moved")
 // that the checkpoint is still at from (the position the batch was read after). The checkpoint
 // row is locked first: two projectors, or a projector and the switch of a rebuild, take turns
 // instead of applying the same events twice.
-func applyBatch(ctx context.Context, tx pgx.Tx, p Projection, name, table string, from postgres.LogPosition, batch []postgres.LoggedEvent) error {
+func applyBatch(ctx context.Context, tx pgx.Tx, p Projection, name, table string, from LogPosition, batch []LoggedEvent) error {
 	cur, err := getCheckpoint(ctx, tx, name, true)
 	if err != nil {
 		return err
@@ -109,7 +107,7 @@ type ViewPosition struct {
 	// Name is the projection's name.
 	Name string
 	// Position is the log position of the last event applied.
-	Position postgres.LogPosition
+	Position LogPosition
 	// Version is the projection code version that built the view.
 	Version int
 	// Events is the number of events applied since the view was built from position zero.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -65,7 +64,7 @@ ON CONFLICT (tenant, channel, state) DO UPDATE SET
 // Apply implements Projection. A delivery's channel is in its accepted event and the state it
 // was in before the batch follows from the type of its previous event; both are read from the
 // log rather than kept in a copy of every delivery.
-func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []postgres.LoggedEvent) error {
+func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error {
 	streams, err := groupStreams(batch)
 	if err != nil {
 		return err
@@ -199,7 +198,7 @@ func sortCountKeys(keys []countKey) {
 
 // Verify implements Projection: it folds every stream into counts, then compares them with the
 // view's rows.
-func (CountersProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo postgres.LogPosition, report func(Difference)) error {
+func (CountersProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error {
 	streams, err := openStreams(ctx, tx, upTo)
 	if err != nil {
 		return err

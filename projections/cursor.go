@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -64,7 +63,7 @@ func (c *cursor[T]) next(ctx context.Context) (row T, ok bool, err error) {
 // committed before the checkpoint was written, so a snapshot that sees the checkpoint sees them
 // all. The position is formatted into the text because cursors take no parameters; it is two
 // integers.
-func streamsUpToQuery(upTo postgres.LogPosition) string {
+func streamsUpToQuery(upTo LogPosition) string {
 	return fmt.Sprintf(`SELECT delivery_id::text, tenant, version, type, data, recorded_at FROM events
 WHERE (transaction_id, position) <= ('%d'::xid8, %d)
 ORDER BY events.delivery_id, events.version`, upTo.TransactionID, upTo.Position)
@@ -85,7 +84,7 @@ type streamReader struct {
 	pending *domain.Event
 }
 
-func openStreams(ctx context.Context, tx pgx.Tx, upTo postgres.LogPosition) (*streamReader, error) {
+func openStreams(ctx context.Context, tx pgx.Tx, upTo LogPosition) (*streamReader, error) {
 	c, err := openCursor(ctx, tx, "verify_streams", streamsUpToQuery(upTo), scanStreamEvent)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -195,7 +194,7 @@ WHERE d.version < excluded.version`
 // of a delivery's latest event in the batch says whether it is dead or unknown now; those that
 // are get their row folded from their stream (read from the log, up to that event), and those
 // whose batch took them out of dead or unknown lose it.
-func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []postgres.LoggedEvent) error {
+func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error {
 	streams, err := groupStreams(batch)
 	if err != nil {
 		return err
@@ -311,7 +310,7 @@ func (a *dlqColumnsArrays) args() []any {
 }
 
 // Verify implements Projection.
-func (DLQProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo postgres.LogPosition, report func(Difference)) error {
+func (DLQProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error {
 	live, err := openCursor(ctx, tx, "verify_rows", fmt.Sprintf(dlqRowsList, ident(table)), scanDLQ)
 	if err != nil {
 		return err

@@ -22,7 +22,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -49,10 +48,10 @@ type Projection interface {
 	// the older code are wrong or incomplete; a view built by an older version needs a rebuild.
 	Version() int
 	// Apply folds a batch of events, in log order, into table within tx.
-	Apply(ctx context.Context, tx pgx.Tx, table string, batch []postgres.LoggedEvent) error
+	Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error
 	// Verify folds every stream up to the position upTo afresh and reports each difference with
 	// the rows of table. tx is a read-only snapshot in which the rows are exactly those at upTo.
-	Verify(ctx context.Context, tx pgx.Tx, table string, upTo postgres.LogPosition, report func(Difference)) error
+	Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error
 }
 
 // All returns the projections the projector runs, in a fixed order.
@@ -148,7 +147,7 @@ type stream struct {
 // groupStreams splits a batch into per-delivery streams, in the order of each delivery's first
 // event, and checks that each stream's versions follow one another: the log order keeps a
 // stream's versions in order, and a gap means an event is missing.
-func groupStreams(batch []postgres.LoggedEvent) ([]*stream, error) {
+func groupStreams(batch []LoggedEvent) ([]*stream, error) {
 	byID := map[string]*stream{}
 	var out []*stream
 	for _, le := range batch {

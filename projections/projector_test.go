@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deliveryledger/ledger/adapters/metrics"
-	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -168,7 +167,7 @@ type failing struct {
 
 var errInjected = errors.New("injected failure after the rows were written")
 
-func (f *failing) Apply(ctx context.Context, tx pgx.Tx, table string, batch []postgres.LoggedEvent) error {
+func (f *failing) Apply(ctx context.Context, tx pgx.Tx, table string, batch []projections.LoggedEvent) error {
 	if err := f.Projection.Apply(ctx, tx, table, batch); err != nil {
 		return err
 	}
@@ -281,7 +280,7 @@ func TestProjectorReportsLag(t *testing.T) {
 	m := metrics.New()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r, err := projections.NewRunner(b.pool, projections.All(), projections.RunnerConfig{
+	r, err := projections.NewRunner(b.pool, b.store, projections.All(), projections.RunnerConfig{
 		BatchSize: 10, PollInterval: 10 * time.Millisecond, LagInterval: 10 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)

@@ -271,3 +271,44 @@ func (r *Reader) Rebuilds(ctx context.Context) ([]ViewPosition, error) {
 	}
 	return out, nil
 }
+
+// statusOldestWaiting is the age of the oldest delivery per channel that waits for a worker.
+const statusOldestWaiting = `SELECT channel, extract(epoch FROM now() - min(updated_at))
+FROM status_view WHERE state IN ('accepted', 'queued') GROUP BY channel`
+
+// OldestWaiting returns, per channel, how long the oldest delivery that is accepted or queued
+// (not yet started) has been waiting, as the status view knows it, over all tenants (for
+// metrics).
+func (r *Reader) OldestWaiting(ctx context.Context) (map[string]time.Duration, error) {
+	rows, err := r.pool.Query(ctx, statusOldestWaiting)
+	if err != nil {
+		return nil, fmt.Errorf("oldest waiting delivery: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Duration{}
+	for rows.Next() {
+		var channel string
+		var secs float64
+		if err := rows.Scan(&channel, &secs); err != nil {
+			return nil, err
+		}
+		out[channel] = time.Duration(secs * float64(time.Second))
+	}
+	return out, rows.Err()
+}
+
+// statusStale lists deliveries the status view says wait for a worker since before $1.
+const statusStale = `SELECT id::text FROM status_view
+WHERE (state IN ('accepted', 'queued') AND updated_at < $1) OR (state = 'retrying' AND next_attempt_at < $1)
+ORDER BY updated_at LIMIT $2`
+
+// StaleDeliveries returns up to limit deliveries, over all tenants, that by the status view have
+// waited for a worker since before olderThan (candidates for a redrive, which checks each
+// against its history; commands.StaleLister).
+func (r *Reader) StaleDeliveries(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
+	rows, err := r.pool.Query(ctx, statusStale, olderThan, limit)
+	if err != nil {
+		return nil, fmt.Errorf("stale deliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

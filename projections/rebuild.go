@@ -11,8 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/deliveryledger/ledger/adapters/postgres"
 )
 
 // Defaults of RebuildConfig.
@@ -79,7 +77,7 @@ type RebuildResult struct {
 	// Applied is the number of events this run applied.
 	Applied int64
 	// Position is the live view's checkpoint right after the switch.
-	Position postgres.LogPosition
+	Position LogPosition
 	Elapsed  time.Duration
 	// SwitchDuration is how long the switch transaction held the live checkpoint.
 	SwitchDuration time.Duration
@@ -115,7 +113,9 @@ WHERE i.indrelid = to_regclass($1) ORDER BY ci.relname`
 //     waits), applies the last events to the shadow, renames the live table away, renames the
 //     shadow into its place, drops the old table, and gives the live checkpoint the shadow's
 //     position. Readers see the old table or the new one, never an empty or half-built one.
-func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection, cfg RebuildConfig) (RebuildResult, error) {
+//
+// log is the events log of the database pool connects to.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, log Log, p Projection, cfg RebuildConfig) (RebuildResult, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultRebuildBatchSize
 	}
@@ -125,7 +125,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection, cfg RebuildC
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &rebuild{pool: pool, log: postgres.NewEventStore(pool), p: p, cfg: cfg, start: time.Now()}
+	r := &rebuild{pool: pool, log: log, p: p, cfg: cfg, start: time.Now()}
 	r.shadowName, r.shadowTable = shadowNames(p)
 
 	conn, err := pool.Acquire(ctx)
@@ -170,7 +170,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection, cfg RebuildC
 // rebuild is the state of one Rebuild run.
 type rebuild struct {
 	pool                    *pgxpool.Pool
-	log                     *postgres.EventStore
+	log                     Log
 	p                       Projection
 	cfg                     RebuildConfig
 	shadowName, shadowTable string
@@ -181,7 +181,7 @@ type rebuild struct {
 	remaining     int64
 	countedAt     time.Time
 	countedAfter  int64 // applied when remaining was counted
-	position      postgres.LogPosition
+	position      LogPosition
 	switchElapsed time.Duration
 }
 
@@ -304,12 +304,12 @@ func (r *rebuild) catchUp(ctx context.Context) error {
 
 // logRead is the outcome of a read ahead.
 type logRead struct {
-	batch []postgres.LoggedEvent
+	batch []LoggedEvent
 	err   error
 }
 
 // readAhead reads the batch after `after` in the background.
-func (r *rebuild) readAhead(ctx context.Context, after postgres.LogPosition) <-chan logRead {
+func (r *rebuild) readAhead(ctx context.Context, after LogPosition) <-chan logRead {
 	out := make(chan logRead, 1)
 	go func() {
 		batch, err := r.log.ReadLog(ctx, after, r.cfg.BatchSize)
@@ -419,7 +419,7 @@ func retryableSwitch(err error) bool {
 }
 
 // logBefore reports whether a comes before b in the log's order.
-func logBefore(a, b postgres.LogPosition) bool {
+func logBefore(a, b LogPosition) bool {
 	if a.TransactionID != b.TransactionID {
 		return a.TransactionID < b.TransactionID
 	}

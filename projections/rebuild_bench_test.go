@@ -111,7 +111,7 @@ func TestRebuildThroughput(t *testing.T) {
 	report("raw INSERT ... SELECT of the log into a plain table", total, time.Since(start))
 
 	for _, p := range projections.All() {
-		res, err := projections.Rebuild(ctx, b.pool, p, projections.RebuildConfig{})
+		res, err := projections.Rebuild(ctx, b.pool, b.store, p, projections.RebuildConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}

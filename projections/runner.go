@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/deliveryledger/ledger/adapters/postgres"
 )
 
 // Defaults of RunnerConfig.
@@ -97,20 +95,21 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 // checkpoint and never apply an event twice.
 type Runner struct {
 	pool        *pgxpool.Pool
-	log         *postgres.EventStore
+	log         Log
 	projections []Projection
 	cfg         RunnerConfig
 }
 
-// NewRunner returns a projector for the projections over pool.
-func NewRunner(pool *pgxpool.Pool, projections []Projection, cfg RunnerConfig) (*Runner, error) {
+// NewRunner returns a projector for the projections over pool, following log, the events log of
+// the same database.
+func NewRunner(pool *pgxpool.Pool, log Log, projections []Projection, cfg RunnerConfig) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if len(projections) == 0 {
 		return nil, errors.New("projector: no projections")
 	}
-	return &Runner{pool: pool, log: postgres.NewEventStore(pool), projections: projections, cfg: cfg.withDefaults()}, nil
+	return &Runner{pool: pool, log: log, projections: projections, cfg: cfg.withDefaults()}, nil
 }
 
 // Run keeps the views until ctx is cancelled. A failing batch is logged and retried with a

@@ -37,7 +37,7 @@ func (b *bundle) runner(t *testing.T, batch int, ps ...projections.Projection) *
 	if len(ps) == 0 {
 		ps = projections.All()
 	}
-	r, err := projections.NewRunner(b.pool, ps, projections.RunnerConfig{BatchSize: batch, PollInterval: 10 * time.Millisecond, LagInterval: 50 * time.Millisecond})
+	r, err := projections.NewRunner(b.pool, b.store, ps, projections.RunnerConfig{BatchSize: batch, PollInterval: 10 * time.Millisecond, LagInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

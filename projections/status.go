@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -162,7 +161,7 @@ WHERE v.id = u.id AND v.version = u.expected_version`
 
 // Apply implements Projection: it reads the rows of the deliveries the batch continues, folds
 // the batch in memory, and writes the result with one insert and one update.
-func (StatusProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []postgres.LoggedEvent) error {
+func (StatusProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error {
 	streams, err := groupStreams(batch)
 	if err != nil {
 		return err
@@ -284,7 +283,7 @@ func (a *statusColumnsArrays) args() []any {
 
 // Verify implements Projection: it walks the view and the log's streams side by side, both in
 // delivery id order, folding each stream from nothing.
-func (StatusProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo postgres.LogPosition, report func(Difference)) error {
+func (StatusProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error {
 	live, err := openCursor(ctx, tx, "verify_rows", fmt.Sprintf(statusRowsList, ident(table)), scanStatus)
 	if err != nil {
 		return err

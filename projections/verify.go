@@ -6,8 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/deliveryledger/ledger/adapters/postgres"
 )
 
 // maxDifferencesKept bounds the differences a VerifyResult lists; the total is still counted.
@@ -16,7 +14,7 @@ const maxDifferencesKept = 1000
 // VerifyResult is the outcome of Verify.
 type VerifyResult struct {
 	// Position is the checkpoint the view was compared at.
-	Position postgres.LogPosition
+	Position LogPosition
 	// Differences lists the first differences found (at most 1000).
 	Differences []Difference
 	// Total counts every difference.

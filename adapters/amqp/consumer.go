@@ -10,18 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
-)
 
-// Verdict is what a handler decides for its message.
-type Verdict int
-
-const (
-	// Ack: the message is done (its outcome is in the ledger).
-	Ack Verdict = iota
-	// Requeue: give the message back for redelivery (the ledger could not be written).
-	Requeue
-	// DeadLetter: reject without requeue; the work queue dead-letters it to the dead queue.
-	DeadLetter
+	"github.com/deliveryledger/ledger/commands"
 )
 
 // Delivery is one consumed message as a handler sees it.
@@ -32,8 +22,9 @@ type Delivery struct {
 	Queue       string
 }
 
-// Handler processes one message. ctx is cancelled when the consumer's shutdown deadline passes.
-type Handler func(ctx context.Context, d Delivery) Verdict
+// Handler processes one message and says what to do with it (commands.Ack, Requeue or
+// Reject). ctx is cancelled when the consumer's shutdown deadline passes.
+type Handler func(ctx context.Context, d Delivery) commands.Verdict
 
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
@@ -190,22 +181,39 @@ func semaphore(n int) func(context.Context) (func(), error) {
 
 func (c *Consumer) handle(ctx context.Context, d amqp091.Delivery) {
 	msg, err := c.marshaler.Unmarshal(d)
-	verdict := DeadLetter
+	verdict := commands.Reject
 	if err == nil {
 		verdict = c.handler(ctx, Delivery{Message: msg, Redelivered: d.Redelivered, Queue: c.cfg.Queue})
 	} else {
 		c.cfg.Logger.Error("undecodable message, dead-lettering", "queue", c.cfg.Queue, "err", err)
 	}
 	switch verdict {
-	case Ack:
+	case commands.Ack:
 		err = d.Ack(false)
-	case Requeue:
+	case commands.Requeue:
 		err = d.Nack(false, true)
-	case DeadLetter:
+	case commands.Reject:
 		err = d.Nack(false, false)
 	}
 	if err != nil {
 		// The channel is gone; the broker redelivers the message to the next consumer.
 		c.cfg.Logger.Warn("ack failed", "queue", c.cfg.Queue, "verdict", verdict, "err", err)
+	}
+}
+
+// Work is the handler of work queues: it decodes the work message and hands its attempt to run
+// (commands.AttemptHandler.Handle), whose verdict the consumer applies. A body that does not
+// decode is dead-lettered: no attempt could ever read it.
+func Work(run func(context.Context, commands.Attempt) commands.Verdict, logger *slog.Logger) Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return func(ctx context.Context, d Delivery) commands.Verdict {
+		msg, err := commands.DecodeWorkMessage(d.Message.Payload)
+		if err != nil {
+			logger.Error("undecodable work message, dead-lettering", "queue", d.Queue, "err", err)
+			return commands.Reject
+		}
+		return run(ctx, commands.Attempt{Message: msg, MessageID: d.Message.UUID, Redelivered: d.Redelivered})
 	}
 }

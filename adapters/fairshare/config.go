@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/deliveryledger/ledger/domain"
 )
 
 // Class is a priority class. Its value is the name used in configuration (ParseShares) and as a
@@ -36,6 +38,17 @@ var classes = [numClasses]Class{High, Normal, Low}
 // cannot reorder the scheduler's priorities.
 func Classes() []Class {
 	return slices.Clone(classes[:])
+}
+
+// ClassOf is the class of a delivery priority; an unknown priority is Normal, the default.
+func ClassOf(p domain.Priority) Class {
+	switch p {
+	case domain.PriorityHigh:
+		return High
+	case domain.PriorityLow:
+		return Low
+	}
+	return Normal
 }
 
 // String returns the class's name, as ParseShares reads it.

@@ -93,7 +93,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
-	if err := s.checkRecipient("", req.Channel, req.Recipient); err != nil {
+	if err := s.checkRecipient("", req.Channel, req.Recipient, cmd.Payload); err != nil {
 		return err
 	}
 	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient}}
@@ -137,7 +137,7 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	seen := make(map[recipientRequest]int, len(req.Recipients))
 	for i, rr := range req.Recipients {
 		prefix := fmt.Sprintf("recipients[%d]", i)
-		if err := s.checkRecipient(prefix+".", rr.Channel, rr.Recipient); err != nil {
+		if err := s.checkRecipient(prefix+".", rr.Channel, rr.Recipient, cmd.Payload); err != nil {
 			return err
 		}
 		if first, dup := seen[rr]; dup {
@@ -231,9 +231,11 @@ func acceptCommand(payload json.RawMessage, priority string, maxAttempts *int) (
 	return cmd, nil
 }
 
-// checkRecipient validates one (channel, recipient) pair; prefix locates it in the body.
-func (s *server) checkRecipient(prefix, channel, recipient string) error {
-	validate, ok := s.cfg.Channels[channel]
+// checkRecipient validates one (channel, recipient) pair with the payload; prefix locates the
+// recipient in the body. A channel's refusal of a recipient field is named at its place in the
+// body; a payload member is named as it is, since the payload is the notification's own.
+func (s *server) checkRecipient(prefix, channel, recipient string, payload json.RawMessage) error {
+	check, ok := s.cfg.Channels[channel]
 	switch {
 	case channel == "":
 		return invalid(prefix+"channel", "is required; one of: %s", s.channels)
@@ -242,10 +244,17 @@ func (s *server) checkRecipient(prefix, channel, recipient string) error {
 	case recipient == "":
 		return invalid(prefix+"recipient", "is required")
 	}
-	if err := validate(recipient); err != nil {
-		return invalid(prefix+"recipient", "%v", err)
+	err := check(recipient, payload)
+	var field *commands.InvalidField
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &field) && strings.HasPrefix(field.Field, "payload"):
+		return invalid(field.Field, "%s", field.Reason)
+	case errors.As(err, &field):
+		return invalid(prefix+field.Field, "%s", field.Reason)
 	}
-	return nil
+	return invalid(prefix+"recipient", "%v", err)
 }
 
 // accept runs the accept command under the request's fingerprint.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -33,10 +32,10 @@ type Config struct {
 	APIKeys map[string]string
 	// MaxBodyBytes bounds a request body; a larger one gets 413. Zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// Channels lists the channels the API accepts, each with the check its recipients must
-	// pass (ValidateWebhookURL for webhooks). A request naming another channel gets 400: we
-	// refuse at the door what no worker could ever deliver.
-	Channels map[string]func(recipient string) error
+	// Channels lists the channels the API accepts, each with the check its recipients and the
+	// payload must pass (commands.Channels.Checks gives them from the registry). A request
+	// naming another channel gets 400: we refuse at the door what no worker could ever deliver.
+	Channels map[string]commands.Check
 }
 
 // Validate reports every problem of the configuration at once, so an operator fixes them in
@@ -161,24 +160,4 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 		return nil, err
 	}
 	return keys, nil
-}
-
-// ValidateWebhookURL checks a webhook recipient at acceptance: an absolute http or https URL
-// with a host. It does not resolve the host: whether the address is allowed is the webhook
-// sender's SSRF guard's decision at send time, when DNS gives the address actually dialled.
-func ValidateWebhookURL(recipient string) error {
-	u, err := url.Parse(recipient)
-	if err != nil {
-		return fmt.Errorf("not a URL: %w", err)
-	}
-	if u.Scheme == "" {
-		return errors.New("must be an absolute http or https URL, not a relative reference")
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("must be an absolute http or https URL, got scheme %q", u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return errors.New("must be an absolute http or https URL with a host")
-	}
-	return nil
 }

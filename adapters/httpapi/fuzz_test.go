@@ -16,6 +16,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -26,8 +27,17 @@ const fuzzMaxRecipients = 1000
 // fuzzChannels are the channels of the fuzzed server: two, so that a recipient sent on the
 // wrong channel, and the same address on two channels, are reachable.
 var fuzzChannels = map[string]func(string) error{
-	"webhook": httpapi.ValidateWebhookURL,
+	"webhook": webhook.ValidateURL,
 	"sms":     validatePhoneNumber,
+}
+
+// fuzzChecks are fuzzChannels as the server's acceptance checks.
+func fuzzChecks() map[string]commands.Check {
+	checks := make(map[string]commands.Check, len(fuzzChannels))
+	for name, validate := range fuzzChannels {
+		checks[name] = recipientCheck(validate)
+	}
+	return checks
 }
 
 var phoneNumber = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
@@ -127,9 +137,9 @@ func fuzzPost(t *testing.T, path, body string) (*httptest.ResponseRecorder, *com
 	store := &fuzzAcceptStore{}
 	topics := amqp.Topology{Prefix: "fuzz", Channels: []string{"webhook", "sms"}, Tiers: []time.Duration{time.Second}}
 	handler, err := httpapi.New(
-		httpapi.Config{APIKeys: map[string]string{keyAcme: "acme"}, Channels: fuzzChannels},
+		httpapi.Config{APIKeys: map[string]string{keyAcme: "acme"}, Channels: fuzzChecks()},
 		httpapi.Deps{
-			Accept: commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverMaxAttempts),
+			Accept: commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverPolicies),
 			Events: fuzzNoEvents{},
 		}, nil)
 	if err != nil {

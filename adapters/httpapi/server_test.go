@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
 )
@@ -148,7 +149,7 @@ func TestReadyWithoutCheck(t *testing.T) {
 func TestPanicInHandlerIsA500(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(cfg *httpapi.Config, _ *httpapi.Deps) {
-		cfg.Channels["boom"] = func(string) error { panic("validator bug") }
+		cfg.Channels["boom"] = recipientCheck(func(string) error { panic("validator bug") })
 	})
 	p := b.post(t, "/v1/deliveries", "panic-1", `{"channel":"boom","recipient":"x","payload":{}}`).
 		expectProblem(t, http.StatusInternalServerError, "")
@@ -161,7 +162,7 @@ func TestPanicInHandlerIsA500(t *testing.T) {
 
 func TestNewRefusesBadConfig(t *testing.T) {
 	t.Parallel()
-	valid := httpapi.Config{Channels: map[string]func(string) error{"webhook": httpapi.ValidateWebhookURL}}
+	valid := httpapi.Config{Channels: map[string]commands.Check{"webhook": webhook.Check}}
 	deps := httpapi.Deps{Accept: &commands.AcceptHandler{}, Events: &postgres.EventStore{}}
 	if _, err := httpapi.New(valid, deps, nil); err != nil {
 		t.Fatalf("valid config refused: %v", err)
@@ -172,7 +173,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		deps httpapi.Deps
 	}{
 		{"no channels", httpapi.Config{}, deps},
-		{"nil validator", httpapi.Config{Channels: map[string]func(string) error{"webhook": nil}}, deps},
+		{"nil validator", httpapi.Config{Channels: map[string]commands.Check{"webhook": nil}}, deps},
 		{"negative body limit", httpapi.Config{Channels: valid.Channels, MaxBodyBytes: -1}, deps},
 		{"empty tenant", httpapi.Config{Channels: valid.Channels, APIKeys: map[string]string{"k": ""}}, deps},
 		{"no accept handler", valid, httpapi.Deps{Events: deps.Events}},
@@ -214,17 +215,3 @@ func TestParseAPIKeys(t *testing.T) {
 	}
 }
 
-func TestValidateWebhookURL(t *testing.T) {
-	t.Parallel()
-	for _, ok := range []string{"https://example.com/hook", "http://example.com", "HTTPS://EXAMPLE.COM/x?y=1", "https://127.0.0.1:8443/h", "https://[::1]/h"} {
-		if err := httpapi.ValidateWebhookURL(ok); err != nil {
-			t.Errorf("%q refused: %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "/relative/path", "example.com/hook", "ftp://example.com/f", "mailto:a@example.com",
-		"https:///nohost", "https://:443/h", "http://exa mple.com/", "javascript:alert(1)"} {
-		if err := httpapi.ValidateWebhookURL(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/httpapi"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
@@ -28,6 +29,18 @@ const (
 
 // serverMaxAttempts is the accept handler's default and maximum number of attempts.
 const serverMaxAttempts = 10
+
+// serverPolicies gives every channel the default retry policy with serverMaxAttempts.
+func serverPolicies(string) domain.RetryPolicy {
+	p := domain.DefaultRetryPolicy()
+	p.MaxAttempts = serverMaxAttempts
+	return p
+}
+
+// recipientCheck turns a recipient validator into a channel's acceptance check.
+func recipientCheck(validate func(string) error) commands.Check {
+	return func(recipient string, _ json.RawMessage) error { return validate(recipient) }
+}
 
 // bundle is one test's API server on its own database schema.
 type bundle struct {
@@ -46,10 +59,10 @@ func setup(t *testing.T, opts ...option) *bundle {
 	topics := amqp.Topology{Prefix: "test", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
 	cfg := httpapi.Config{
 		APIKeys:  map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		Channels: map[string]func(string) error{"webhook": httpapi.ValidateWebhookURL},
+		Channels: map[string]commands.Check{"webhook": webhook.Check},
 	}
 	deps := httpapi.Deps{
-		Accept:   commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverMaxAttempts),
+		Accept:   commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverPolicies),
 		Events:   store,
 		Requests: store,
 		Views:    projections.NewReader(schema.Pool),

@@ -55,7 +55,7 @@ func (l listAnswer) ids() []string {
 func (b *bundle) project(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := projections.NewRunner(b.schema.Pool, projections.All(), projections.RunnerConfig{BatchSize: 50})
+	r, err := projections.NewRunner(b.schema.Pool, b.store, projections.All(), projections.RunnerConfig{BatchSize: 50})
 	if err != nil {
 		t.Fatal(err)
 	}

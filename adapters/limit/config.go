@@ -8,15 +8,11 @@ import (
 	"strings"
 )
 
-// Defaults used by DefaultConfig.
+// Defaults used by DefaultConfig. A provider's own default comes with its channel
+// (commands.Channel.ProviderLimit), which the wiring puts in Config.Providers.
 const (
-	// DefaultWebhookConcurrency caps the webhook calls one process has in flight. It is far above
-	// the default worker concurrency (16 per channel), so out of the box it never refuses; it is a
-	// ceiling for operators who raise worker concurrency, so that the webhook provider alone
-	// cannot exhaust the process's sockets and file descriptors.
-	DefaultWebhookConcurrency = 256
 	// DefaultHostConcurrency caps the calls in flight to one destination host. It is the whole
-	// point of the package: a receiver that hangs until the webhook timeout holds at most this
+	// point of the package: a receiver that hangs until the provider's timeout holds at most this
 	// many worker slots, and the others keep delivering to healthy hosts.
 	DefaultHostConcurrency = 8
 	// DefaultHostRate is zero (no rate limit per host) on purpose. What rate a receiver accepts is
@@ -26,10 +22,6 @@ const (
 	// in Config.Hosts when a receiver publishes one.
 	DefaultHostRate = 0
 )
-
-// ProviderWebhook is the provider name the webhook adapter reports (webhook.ProviderName). It is
-// repeated here rather than imported so that this package depends on no provider adapter.
-const ProviderWebhook = "webhook"
 
 // Rule limits one provider or one destination host. The zero Rule limits nothing, which is how
 // Hosts exempts a trusted host from DefaultHost.
@@ -90,8 +82,8 @@ func (r Rule) validate(name string) []error {
 // destination host's rule. The limits are per process: each ledger process counts only its own
 // calls, so the cluster-wide figure is the per-process one times the number of processes.
 type Config struct {
-	// Providers holds a rule per provider name ("webhook"). A provider without an entry is
-	// unlimited, but its calls are still counted for InFlight.
+	// Providers holds a rule per provider name. A provider without an entry is unlimited, but
+	// its calls are still counted for InFlight.
 	Providers map[string]Rule
 	// DefaultHost applies to every destination host without an entry in Hosts. Each host gets its
 	// own counters and bucket: the rule is a template, not a shared budget.
@@ -103,12 +95,12 @@ type Config struct {
 	Hosts map[string]Rule
 }
 
-// DefaultConfig returns the limits a process runs with unless configured otherwise: webhook
-// calls capped at DefaultWebhookConcurrency with no rate limit, and every destination host capped
-// at DefaultHostConcurrency calls in flight with no rate limit (see the constants for why).
+// DefaultConfig returns the limits a process runs with unless configured otherwise: every
+// destination host capped at DefaultHostConcurrency calls in flight with no rate limit (see the
+// constants for why), and an empty Providers map for the providers' own defaults.
 func DefaultConfig() Config {
 	return Config{
-		Providers:   map[string]Rule{ProviderWebhook: {Concurrency: DefaultWebhookConcurrency}},
+		Providers:   map[string]Rule{},
 		DefaultHost: Rule{Concurrency: DefaultHostConcurrency, Rate: DefaultHostRate},
 	}
 }

@@ -123,15 +123,12 @@ func TestDefaultConfig(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("DefaultConfig is invalid: %v", err)
 	}
-	if got, want := cfg.Providers[ProviderWebhook], (Rule{Concurrency: 256}); got != want {
-		t.Errorf("webhook rule = %+v, want %+v", got, want)
-	}
 	if got, want := cfg.DefaultHost, (Rule{Concurrency: 8}); got != want {
 		t.Errorf("default host rule = %+v, want %+v", got, want)
 	}
 	// Each call returns its own maps, so one caller's edits cannot leak into another's config.
-	cfg.Providers[ProviderWebhook] = Rule{}
-	if DefaultConfig().Providers[ProviderWebhook].Concurrency != DefaultWebhookConcurrency {
+	cfg.Providers[testProvider] = Rule{Concurrency: 1}
+	if _, shared := DefaultConfig().Providers[testProvider]; shared {
 		t.Error("DefaultConfig shares its Providers map between calls")
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// testProvider is the provider the tests limit; any name would do.
+const testProvider = "webhook"
+
 // fakeClock is the injected clock: tests move time by hand instead of sleeping.
 type fakeClock struct {
 	mu sync.Mutex
@@ -79,9 +82,9 @@ func TestAcquireHostConcurrencyCap(t *testing.T) {
 
 	releases := make([]func(), 0, DefaultHostConcurrency)
 	for range DefaultHostConcurrency {
-		releases = append(releases, b.mustAcquire(t, ProviderWebhook, "example.com"))
+		releases = append(releases, b.mustAcquire(t, testProvider, "example.com"))
 	}
-	retryAfter, reason := b.mustRefuse(t, ProviderWebhook, "example.com")
+	retryAfter, reason := b.mustRefuse(t, testProvider, "example.com")
 	if retryAfter != ConcurrencyRetryAfter {
 		t.Errorf("retryAfter = %s, want %s", retryAfter, ConcurrencyRetryAfter)
 	}
@@ -90,8 +93,8 @@ func TestAcquireHostConcurrencyCap(t *testing.T) {
 	}
 
 	releases[0]()
-	b.mustAcquire(t, ProviderWebhook, "example.com")
-	b.mustRefuse(t, ProviderWebhook, "example.com")
+	b.mustAcquire(t, testProvider, "example.com")
+	b.mustRefuse(t, testProvider, "example.com")
 }
 
 func TestAcquireProviderConcurrencyCap(t *testing.T) {
@@ -133,9 +136,9 @@ func TestAcquireTokenBucket(t *testing.T) {
 	b := setup(t, Config{DefaultHost: Rule{Rate: 5}}) // burst defaults to 5
 
 	for range 5 {
-		b.mustAcquire(t, ProviderWebhook, "example.com")() // released at once: rate, not concurrency
+		b.mustAcquire(t, testProvider, "example.com")() // released at once: rate, not concurrency
 	}
-	retryAfter, reason := b.mustRefuse(t, ProviderWebhook, "example.com")
+	retryAfter, reason := b.mustRefuse(t, testProvider, "example.com")
 	if want := 200 * time.Millisecond; absDiff(retryAfter, want) > time.Millisecond {
 		t.Errorf("retryAfter = %s, want about %s (1/rate)", retryAfter, want)
 	}
@@ -144,13 +147,13 @@ func TestAcquireTokenBucket(t *testing.T) {
 	}
 
 	b.clock.advance(199 * time.Millisecond)
-	retryAfter, _ = b.mustRefuse(t, ProviderWebhook, "example.com")
+	retryAfter, _ = b.mustRefuse(t, testProvider, "example.com")
 	if absDiff(retryAfter, time.Millisecond) > 100*time.Microsecond {
 		t.Errorf("retryAfter 199ms later = %s, want about 1ms", retryAfter)
 	}
 	b.clock.advance(time.Millisecond)
-	b.mustAcquire(t, ProviderWebhook, "example.com")
-	b.mustRefuse(t, ProviderWebhook, "example.com")
+	b.mustAcquire(t, testProvider, "example.com")
+	b.mustRefuse(t, testProvider, "example.com")
 }
 
 func TestAcquireProviderRate(t *testing.T) {
@@ -231,15 +234,15 @@ func TestAcquireRefusalTakesNothing(t *testing.T) {
 	t.Run("repeated refusals do not push the wait back", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, Config{DefaultHost: Rule{Rate: 10, Burst: 1}})
-		b.mustAcquire(t, ProviderWebhook, "h.example")
+		b.mustAcquire(t, testProvider, "h.example")
 		for range 100 {
-			retryAfter, _ := b.mustRefuse(t, ProviderWebhook, "h.example")
+			retryAfter, _ := b.mustRefuse(t, testProvider, "h.example")
 			if absDiff(retryAfter, 100*time.Millisecond) > time.Millisecond {
 				t.Fatalf("retryAfter = %s, want about 100ms: refusals are queueing tokens", retryAfter)
 			}
 		}
 		b.clock.advance(100 * time.Millisecond)
-		b.mustAcquire(t, ProviderWebhook, "h.example")
+		b.mustAcquire(t, testProvider, "h.example")
 	})
 
 	t.Run("both buckets empty reports the longer wait", func(t *testing.T) {
@@ -284,22 +287,22 @@ func TestAcquireHostIsolation(t *testing.T) {
 	b := setup(t, DefaultConfig())
 
 	for range DefaultHostConcurrency {
-		b.mustAcquire(t, ProviderWebhook, "slow.example") // held: the host never answers
+		b.mustAcquire(t, testProvider, "slow.example") // held: the host never answers
 	}
-	b.mustRefuse(t, ProviderWebhook, "slow.example")
+	b.mustRefuse(t, testProvider, "slow.example")
 
 	held := make([]func(), 0, DefaultHostConcurrency)
 	for range DefaultHostConcurrency {
-		held = append(held, b.mustAcquire(t, ProviderWebhook, "fast.example"))
+		held = append(held, b.mustAcquire(t, testProvider, "fast.example"))
 	}
-	b.mustRefuse(t, ProviderWebhook, "fast.example")
+	b.mustRefuse(t, testProvider, "fast.example")
 	for _, release := range held {
 		release()
 	}
 	for range 100 {
-		b.mustAcquire(t, ProviderWebhook, "fast.example")()
+		b.mustAcquire(t, testProvider, "fast.example")()
 	}
-	if got, want := b.limiter.InFlight(ProviderWebhook), DefaultHostConcurrency; got != want {
+	if got, want := b.limiter.InFlight(testProvider), DefaultHostConcurrency; got != want {
 		t.Errorf("InFlight = %d, want %d (the slow host's calls)", got, want)
 	}
 }
@@ -315,21 +318,21 @@ func TestAcquireHostOverrides(t *testing.T) {
 	})
 
 	for range 3 {
-		b.mustAcquire(t, ProviderWebhook, "big.example")
+		b.mustAcquire(t, testProvider, "big.example")
 	}
-	_, reason := b.mustRefuse(t, ProviderWebhook, "big.example")
+	_, reason := b.mustRefuse(t, testProvider, "big.example")
 	if want := "host big.example concurrency 3"; reason != want {
 		t.Errorf("reason = %q, want %q", reason, want)
 	}
 	for range 50 {
-		b.mustAcquire(t, ProviderWebhook, "internal")
+		b.mustAcquire(t, testProvider, "internal")
 	}
 	// No host: the provider rule alone applies, and the default host rule does not.
 	for range 50 {
-		b.mustAcquire(t, ProviderWebhook, "")
+		b.mustAcquire(t, testProvider, "")
 	}
-	b.mustAcquire(t, ProviderWebhook, "other.example")
-	b.mustRefuse(t, ProviderWebhook, "other.example")
+	b.mustAcquire(t, testProvider, "other.example")
+	b.mustRefuse(t, testProvider, "other.example")
 }
 
 // TestAcquireConcurrentNeverExceedsCaps hammers the limiter from many goroutines (run it with
@@ -412,10 +415,10 @@ func TestLimiterEvictsIdleHosts(t *testing.T) {
 	b.limiter.minSweep, b.limiter.sweepAt = minSweep, minSweep
 	b.limiter.mu.Unlock()
 
-	b.mustAcquire(t, ProviderWebhook, "busy.example")      // held: must survive sweeps
-	b.mustAcquire(t, ProviderWebhook, "drained.example")() // bucket empty: must survive sweeps
+	b.mustAcquire(t, testProvider, "busy.example")      // held: must survive sweeps
+	b.mustAcquire(t, testProvider, "drained.example")() // bucket empty: must survive sweeps
 	for i := range 1000 {
-		b.mustAcquire(t, ProviderWebhook, fmt.Sprintf("h%d.example", i))()
+		b.mustAcquire(t, testProvider, fmt.Sprintf("h%d.example", i))()
 	}
 
 	b.limiter.mu.Lock()
@@ -425,11 +428,11 @@ func TestLimiterEvictsIdleHosts(t *testing.T) {
 		t.Errorf("host entries after 1000 idle hosts = %d, want at most %d", size, minSweep)
 	}
 	// Evicting either survivor would have handed it a fresh slot or a full bucket.
-	_, reason := b.mustRefuse(t, ProviderWebhook, "busy.example")
+	_, reason := b.mustRefuse(t, testProvider, "busy.example")
 	if want := "host busy.example concurrency 1"; reason != want {
 		t.Errorf("busy host: reason = %q, want %q", reason, want)
 	}
-	_, reason = b.mustRefuse(t, ProviderWebhook, "drained.example")
+	_, reason = b.mustRefuse(t, testProvider, "drained.example")
 	if want := "host drained.example rate 1/s"; reason != want {
 		t.Errorf("drained host: reason = %q, want %q", reason, want)
 	}
@@ -447,7 +450,7 @@ func TestLimiterSweepThresholdGrowsWithBusyHosts(t *testing.T) {
 	// or every new host would pay for a full sweep.
 	const busy = 100
 	for i := range busy {
-		b.mustAcquire(t, ProviderWebhook, fmt.Sprintf("h%d.example", i))
+		b.mustAcquire(t, testProvider, fmt.Sprintf("h%d.example", i))
 	}
 	b.limiter.mu.Lock()
 	size, sweepAt := len(b.limiter.hosts), b.limiter.sweepAt
@@ -470,7 +473,7 @@ func TestNew(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New(DefaultConfig()): %v", err)
 	}
-	release, ok, _, reason := l.Acquire(ProviderWebhook, "example.com")
+	release, ok, _, reason := l.Acquire(testProvider, "example.com")
 	if !ok {
 		t.Fatalf("Acquire with the real clock refused: %s", reason)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // EventStore is the PostgreSQL event store. Unique constraints decide conflicts: (delivery_id,
@@ -28,6 +29,7 @@ var (
 	_ commands.EventStore      = (*EventStore)(nil)
 	_ commands.AcceptStore     = (*EventStore)(nil)
 	_ commands.BatchEventStore = (*EventStore)(nil)
+	_ projections.Log          = (*EventStore)(nil)
 )
 
 // NewEventStore returns a store over pool.
@@ -202,23 +204,6 @@ func scanEvent(row pgx.CollectableRow) (domain.Event, error) {
 	return e, err
 }
 
-// LogPosition is a place in the global log in commit-safe order: (transaction id, position).
-type LogPosition struct {
-	TransactionID uint64
-	Position      int64
-}
-
-// String renders the position as "txid:position".
-func (p LogPosition) String() string {
-	return strconv.FormatUint(p.TransactionID, 10) + ":" + strconv.FormatInt(p.Position, 10)
-}
-
-// LoggedEvent is an event with its place in the log.
-type LoggedEvent struct {
-	domain.Event
-	At LogPosition
-}
-
 // The ORDER BY names the table's columns: a bare transaction_id would be the text output column
 // of the same name, and text order puts transaction 100000 before 99999.
 const eventsReadLog = `SELECT ` + eventColumns + `, transaction_id::text FROM events
@@ -230,7 +215,7 @@ LIMIT $3`
 // ReadLog returns up to limit events after `after`, in an order that never skips a row: only
 // transactions below the oldest one still running are visible, so a transaction that took its
 // position early but commits late is read when it commits, before anything after it.
-func (s *EventStore) ReadLog(ctx context.Context, after LogPosition, limit int) ([]LoggedEvent, error) {
+func (s *EventStore) ReadLog(ctx context.Context, after projections.LogPosition, limit int) ([]projections.LoggedEvent, error) {
 	rows, err := s.pool.Query(ctx, eventsReadLog, strconv.FormatUint(after.TransactionID, 10), after.Position, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read log after %s: %w", after, err)

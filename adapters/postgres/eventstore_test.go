@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"github.com/deliveryledger/ledger/projections"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,7 +208,7 @@ func TestReadLogNeverSkipsLateCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err := b.store.ReadLog(ctx, postgres.LogPosition{}, 100)
+	got, err := b.store.ReadLog(ctx, projections.LogPosition{}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +221,7 @@ func TestReadLogNeverSkipsLateCommit(t *testing.T) {
 	// Other tests' open transactions also hold the horizon back (it is cluster-wide): poll.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got, err = b.store.ReadLog(ctx, postgres.LogPosition{}, 100)
+		got, err = b.store.ReadLog(ctx, projections.LogPosition{}, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // LogRange selects the events recorded in [Since, Until). A zero bound is open.
@@ -36,7 +37,7 @@ WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
 // ExportLog calls fn for every event recorded in r and committed when the export starts, in log
 // order. It streams: rows are decoded as they arrive, so the memory used does not grow with the
 // range. An error from fn stops the export and is returned.
-func (s *EventStore) ExportLog(ctx context.Context, r LogRange, fn func(LoggedEvent) error) error {
+func (s *EventStore) ExportLog(ctx context.Context, r LogRange, fn func(projections.LoggedEvent) error) error {
 	rows, err := s.pool.Query(ctx, eventsExport, nullTime(r.Since), nullTime(r.Until))
 	if err != nil {
 		return fmt.Errorf("export log: %w", err)
@@ -73,8 +74,8 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-func scanLogged(rows pgx.CollectableRow) (LoggedEvent, error) {
-	var le LoggedEvent
+func scanLogged(rows pgx.CollectableRow) (projections.LoggedEvent, error) {
+	var le projections.LoggedEvent
 	var typ, txid string
 	err := rows.Scan(&le.DeliveryID, &le.Tenant, &le.Version, &typ, &le.Key, &le.Data, &le.RecordedAt, &le.Position, &txid)
 	if err != nil {
@@ -96,43 +97,4 @@ func NotifyWaker(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) <
 		logger = slog.Default()
 	}
 	return newNotifyWaker(ctx, pool, OutboxNotifyChannel, logger)
-}
-
-// statusOldestWaiting is the age of the oldest delivery per channel that waits for a worker.
-const statusOldestWaiting = `SELECT channel, extract(epoch FROM now() - min(updated_at))
-FROM status_view WHERE state IN ('accepted', 'queued') GROUP BY channel`
-
-// OldestWaiting returns, per channel, how long the oldest delivery that is accepted or queued
-// (not yet started) has been waiting, as the status view knows it.
-func OldestWaiting(ctx context.Context, pool *pgxpool.Pool) (map[string]time.Duration, error) {
-	rows, err := pool.Query(ctx, statusOldestWaiting)
-	if err != nil {
-		return nil, fmt.Errorf("oldest waiting delivery: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]time.Duration{}
-	for rows.Next() {
-		var channel string
-		var secs float64
-		if err := rows.Scan(&channel, &secs); err != nil {
-			return nil, err
-		}
-		out[channel] = time.Duration(secs * float64(time.Second))
-	}
-	return out, rows.Err()
-}
-
-// statusStale lists deliveries the status view says wait for a worker since before $1.
-const statusStale = `SELECT id::text FROM status_view
-WHERE (state IN ('accepted', 'queued') AND updated_at < $1) OR (state = 'retrying' AND next_attempt_at < $1)
-ORDER BY updated_at LIMIT $2`
-
-// StaleDeliveries returns up to limit deliveries that, by the status view, have waited for a
-// worker since before olderThan (candidates for a redrive; the caller checks the history).
-func StaleDeliveries(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, limit int) ([]string, error) {
-	rows, err := pool.Query(ctx, statusStale, olderThan, limit)
-	if err != nil {
-		return nil, fmt.Errorf("stale deliveries: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"github.com/deliveryledger/ledger/projections"
+
 	"context"
 	"testing"
 	"time"
@@ -25,7 +27,7 @@ func TestLogOrderComparesTransactionIDsAsNumbers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := b.store.ReadLog(ctx, postgres.LogPosition{}, 10)
+	got, err := b.store.ReadLog(ctx, projections.LogPosition{}, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestLogOrderComparesTransactionIDsAsNumbers(t *testing.T) {
 	}
 
 	var exported []string
-	if err := b.store.ExportLog(ctx, postgres.LogRange{}, func(e postgres.LoggedEvent) error {
+	if err := b.store.ExportLog(ctx, postgres.LogRange{}, func(e projections.LoggedEvent) error {
 		exported = append(exported, e.DeliveryID)
 		return nil
 	}); err != nil {

@@ -30,9 +30,6 @@ import (
 
 var _ commands.Sender = (*Sender)(nil)
 
-// ProviderName names this adapter in the delivery history and in metrics.
-const ProviderName = "webhook"
-
 const (
 	// maxResponseRead bounds what we read of a response body. Reading (rather than closing
 	// early) lets the connection go back to the pool; the bound keeps a hostile or chatty
@@ -120,7 +117,7 @@ func New(cfg Config) (*Sender, error) {
 }
 
 // Provider names the provider in the history and in metrics.
-func (s *Sender) Provider() string { return ProviderName }
+func (s *Sender) Provider() string { return Name }
 
 // Deduplicates is false: the webhook-id header lets a receiver drop duplicates, but we cannot
 // know that it does, so an attempt with an unknown outcome must not be repeated blindly.
@@ -283,7 +280,7 @@ func describeTransportError(host string, err error, kind domain.OutcomeKind) str
 func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
 	o := domain.Outcome{
 		Kind:       kind,
-		Provider:   ProviderName,
+		Provider:   Name,
 		StatusCode: code,
 		Latency:    latency,
 		Err:        errText,

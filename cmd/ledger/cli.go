@@ -17,6 +17,8 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/cmd/internal/app"
+	"github.com/deliveryledger/ledger/cmd/internal/bench"
 )
 
 // envPrefix maps a flag --database-url to the variable LEDGER_DATABASE_URL.
@@ -24,10 +26,10 @@ const envPrefix = "LEDGER"
 
 // run parses the command line and runs a command; it returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var cfg Config
+	var cfg app.Config
 
 	serveFS := flag.NewFlagSet("ledger serve", flag.ContinueOnError)
-	cfg.serveFlags(serveFS)
+	cfg.ServeFlags(serveFS)
 	serve := &ffcli.Command{
 		Name:       "serve",
 		ShortUsage: "ledger serve [flags]",
@@ -41,12 +43,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			return serveCommand(ctx, cfg, stdout)
+			return app.Serve(ctx, cfg, stdout)
 		},
 	}
 
 	migrateFS := flag.NewFlagSet("ledger migrate", flag.ContinueOnError)
-	cfg.connectionFlags(migrateFS)
+	cfg.ConnectionFlags(migrateFS)
 	target := migrateFS.String("to", "latest", "schema version to move to, up or down (a number, or latest)")
 	migrate := &ffcli.Command{
 		Name:       "migrate",
@@ -81,11 +83,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	benchFS := flag.NewFlagSet("ledger bench", flag.ContinueOnError)
-	benchCfg := defaultConfig()
-	benchFS.StringVar(&benchCfg.DatabaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (the benchmark works in its own schemas and drops them)")
-	benchFS.StringVar(&benchCfg.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL (the benchmark uses its own queue prefix and deletes it)")
+	benchCfg := app.DefaultConfig()
+	benchFS.StringVar(&benchCfg.DatabaseURL, "database-url", app.DefaultDatabaseURL, "PostgreSQL URL (the benchmark works in its own schemas and drops them)")
+	benchFS.StringVar(&benchCfg.AMQPURL, "amqp-url", app.DefaultAMQPURL, "RabbitMQ URL (the benchmark uses its own queue prefix and deletes it)")
 	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 16); the sink is fast, so slots wait mostly on commits")
-	var bopts benchOptions
+	var bopts bench.Options
 	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about a minute in all)")
 	benchFS.DurationVar(&bopts.Phase, "phase", 10*time.Second, "duration of each throughput measurement")
 	benchFS.IntVar(&bopts.Rate, "rate", 200, "deliveries per second of the fixed-rate latency run")
@@ -96,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.StringVar(&bopts.ResultsDir, "results-dir", "bench/results", "directory for the timestamped JSON report and SVG chart")
 	benchProfile := benchFS.String("cpuprofile", "", "write a CPU profile of the whole run (ledger and load generator, one process) to this file")
 	benchVerbose := benchFS.Bool("verbose", false, "also print the ledger's own warnings and errors during the run")
-	benchOnly := benchFS.String("only", "", "run only these phases, comma-separated ("+strings.Join(benchPhases, ",")+"); ratios need their baseline phase")
+	benchOnly := benchFS.String("only", "", "run only these phases, comma-separated ("+strings.Join(bench.Phases, ",")+"); ratios need their baseline phase")
 	bench := &ffcli.Command{
 		Name:       "bench",
 		ShortUsage: "ledger bench [--quick] [--out FILE] [flags]",
@@ -110,14 +112,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		FlagSet: benchFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
-			bopts.applyQuick()
+			bopts.ApplyQuick()
 			if *benchVerbose {
 				bopts.Logs = stderr
 			}
 			if *benchOnly != "" {
 				for _, p := range strings.Split(*benchOnly, ",") {
-					if p = strings.TrimSpace(p); !slices.Contains(benchPhases, p) {
-						return fmt.Errorf("--only: unknown phase %q (phases: %s)", p, strings.Join(benchPhases, ", "))
+					if p = strings.TrimSpace(p); !slices.Contains(bench.Phases, p) {
+						return fmt.Errorf("--only: unknown phase %q (phases: %s)", p, strings.Join(bench.Phases, ", "))
 					}
 					bopts.Only = append(bopts.Only, strings.TrimSpace(p))
 				}
@@ -133,12 +135,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			rep, err := runBench(ctx, benchCfg, bopts, stderr)
+			rep, err := bench.Run(ctx, benchCfg, bopts, stderr)
 			if err != nil {
 				return err
 			}
-			printBenchTable(rep, stdout)
-			files, err := writeBenchReport(rep, bopts.Out, bopts.ResultsDir)
+			bench.PrintTable(rep, stdout)
+			files, err := bench.WriteReport(rep, bopts.Out, bopts.ResultsDir)
 			for _, f := range files {
 				fmt.Fprintf(stdout, "wrote %s\n", f)
 			}
@@ -174,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func migrateCommand(ctx context.Context, cfg Config, to int, stdout io.Writer) error {
+func migrateCommand(ctx context.Context, cfg app.Config, to int, stdout io.Writer) error {
 	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, "", 2)
 	if err != nil {
 		return err

@@ -17,15 +17,16 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/cmd/internal/app"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
 
 // projectionsCommand is `ledger projections` with its subcommands rebuild, verify and status.
 func projectionsCommand(stdout, stderr io.Writer) *ffcli.Command {
-	var cfg Config
+	var cfg app.Config
 	rebuildFS := flag.NewFlagSet("ledger projections rebuild", flag.ContinueOnError)
-	cfg.connectionFlags(rebuildFS)
+	cfg.ConnectionFlags(rebuildFS)
 	var rc projections.RebuildConfig
 	rebuildFS.IntVar(&rc.BatchSize, "batch-size", projections.DefaultRebuildBatchSize, "events applied to the shadow per transaction")
 	rebuildFS.BoolVar(&rc.Restart, "restart", false, "drop the shadow of an interrupted rebuild and start from position zero")
@@ -50,7 +51,7 @@ func projectionsCommand(stdout, stderr io.Writer) *ffcli.Command {
 	}
 
 	verifyFS := flag.NewFlagSet("ledger projections verify", flag.ContinueOnError)
-	cfg.connectionFlags(verifyFS)
+	cfg.ConnectionFlags(verifyFS)
 	verify := &ffcli.Command{
 		Name:       "verify",
 		ShortUsage: "ledger projections verify [flags] NAME|all",
@@ -76,7 +77,7 @@ func projectionsCommand(stdout, stderr io.Writer) *ffcli.Command {
 	}
 
 	statusFS := flag.NewFlagSet("ledger projections status", flag.ContinueOnError)
-	cfg.connectionFlags(statusFS)
+	cfg.ConnectionFlags(statusFS)
 	status := &ffcli.Command{
 		Name:       "status",
 		ShortUsage: "ledger projections status [flags]",
@@ -115,7 +116,7 @@ func oneProjection(args []string) (projections.Projection, error) {
 }
 
 // openDatabase connects a small pool and refuses a schema that is behind the binary.
-func openDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+func openDatabase(ctx context.Context, cfg app.Config) (*pgxpool.Pool, error) {
 	// A rebuild holds one connection for its lock and one for its switch, and reads the log on a
 	// third.
 	pool, err := postgres.Connect(ctx, cfg.DatabaseURL, "", 4)
@@ -129,18 +130,18 @@ func openDatabase(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-func rebuildCommand(ctx context.Context, cfg Config, p projections.Projection, rc projections.RebuildConfig, stdout, stderr io.Writer) error {
+func rebuildCommand(ctx context.Context, cfg app.Config, p projections.Projection, rc projections.RebuildConfig, stdout, stderr io.Writer) error {
 	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rc.Logger = cfg.logger()
+	rc.Logger = cfg.Logger()
 	prog := newProgress(stderr, p.Name()+" rebuild")
 	rc.Progress = func(pr projections.RebuildProgress) {
 		prog.update(pr.Phase, pr.Resumed+pr.Applied, pr.Resumed+pr.Applied+pr.Remaining, pr.Applied, pr.Phase != projections.PhaseBuilding)
 	}
-	res, err := projections.Rebuild(ctx, pool, p, rc)
+	res, err := projections.Rebuild(ctx, pool, postgres.NewEventStore(pool), p, rc)
 	prog.done()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -159,7 +160,7 @@ func rebuildCommand(ctx context.Context, cfg Config, p projections.Projection, r
 // errViewsDiffer makes `verify` exit non-zero.
 var errViewsDiffer = errors.New("the view differs from a fresh fold of the log")
 
-func verifyCommand(ctx context.Context, cfg Config, ps []projections.Projection, stdout io.Writer) error {
+func verifyCommand(ctx context.Context, cfg app.Config, ps []projections.Projection, stdout io.Writer) error {
 	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return err
@@ -196,7 +197,7 @@ func verifyCommand(ctx context.Context, cfg Config, ps []projections.Projection,
 	return nil
 }
 
-func projectionStatusCommand(ctx context.Context, cfg Config, stdout io.Writer) error {
+func projectionStatusCommand(ctx context.Context, cfg app.Config, stdout io.Writer) error {
 	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return err
@@ -228,10 +229,10 @@ func projectionStatusCommand(ctx context.Context, cfg Config, stdout io.Writer) 
 
 // exportCommand is `ledger export`.
 func exportCommand(stdout, stderr io.Writer) *ffcli.Command {
-	var cfg Config
+	var cfg app.Config
 	fs := flag.NewFlagSet("ledger export", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.connectionFlags(fs)
+	cfg.ConnectionFlags(fs)
 	since := fs.String("since", "", "first recorded_at to export, RFC 3339 (default: the beginning of the log)")
 	until := fs.String("until", "", "recorded_at to stop before, RFC 3339 (default: no end)")
 	out := fs.String("out", "", "file to write (default: standard output)")
@@ -282,7 +283,7 @@ type exportLine struct {
 	Data           json.RawMessage  `json:"data"`
 }
 
-func exportLog(ctx context.Context, cfg Config, r postgres.LogRange, out string, stdout, stderr io.Writer) (err error) {
+func exportLog(ctx context.Context, cfg app.Config, r postgres.LogRange, out string, stdout, stderr io.Writer) (err error) {
 	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return err
@@ -315,7 +316,7 @@ func exportLog(ctx context.Context, cfg Config, r postgres.LogRange, out string,
 	w := bufio.NewWriterSize(dest, 1<<16)
 	enc := json.NewEncoder(w)
 	var n int64
-	err = store.ExportLog(ctx, r, func(e postgres.LoggedEvent) error {
+	err = store.ExportLog(ctx, r, func(e projections.LoggedEvent) error {
 		state, err := projections.StateAfter(e.Type)
 		if err != nil {
 			return err

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,44 +198,5 @@ func TestExportWritesATimeRangeAsJSONLines(t *testing.T) {
 	}
 	if code, _, errOut := ledgerCmd(t, "export", "--database-url="+schema.URL, "--since=yesterday"); code == 0 || !strings.Contains(errOut, "--since") {
 		t.Fatalf("bad --since: exit %d, %q", code, errOut)
-	}
-}
-
-// TestServeRunsTheProjector: the projector is one of the default roles, and the read API shows
-// what the workers did.
-func TestServeRunsTheProjector(t *testing.T) {
-	t.Parallel()
-	b := setupE2E(t, "")
-	if !b.app.roles["projector"] {
-		t.Fatal("the default roles do not include the projector")
-	}
-	a := b.notify(t, "projected-1", b.sink.URL+"/hook")
-	id := a.Deliveries[0].ID
-	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, body := b.do(t, "GET", "/v1/deliveries?state=delivered", "", nil)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("list: %d %s", resp.StatusCode, body)
-		}
-		var l struct {
-			Items []struct {
-				ID string `json:"id"`
-			} `json:"items"`
-		}
-		if err := json.Unmarshal(body, &l); err != nil {
-			t.Fatal(err)
-		}
-		if len(l.Items) == 1 && l.Items[0].ID == id {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the status view does not show %s delivered: %s", id, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	resp, body := b.do(t, "GET", "/metrics", "", nil)
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `ledger_projection_applied_events_total{projection="status"}`) {
-		t.Fatalf("metrics lack the projector's counters: %d", resp.StatusCode)
 	}
 }

@@ -1,6 +1,8 @@
-package main
+package app
 
 import (
+	"github.com/deliveryledger/ledger/adapters/webhook"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,7 +52,7 @@ func (b *e2eBundle) deadLetters(t *testing.T) []commands.DeadLetter {
 	conn := amqptest.Dial(t)
 	var out []commands.DeadLetter
 	for {
-		d, ok := amqptest.Get(t, conn, b.app.topology.Dead("webhook"), 0)
+		d, ok := amqptest.Get(t, conn, b.app.topology.Dead(webhook.Name), 0)
 		if !ok {
 			return out
 		}
@@ -67,7 +69,7 @@ func (b *e2eBundle) waitDeadLetters(t *testing.T, n int) {
 	t.Helper()
 	conn := amqptest.Dial(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for amqptest.QueueDepth(t, conn, b.app.topology.Dead("webhook")) < n {
+	for amqptest.QueueDepth(t, conn, b.app.topology.Dead(webhook.Name)) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("dead queue did not reach %d messages", n)
 		}
@@ -226,7 +228,7 @@ func TestPanickingAdapterIsDeadLetteredAndWorkerGoesOn(t *testing.T) {
 	schema := pgtest.New(t)
 	cfg := testConfig(t, schema)
 	cfg.WorkerConcurrency = 1 // a leaking slot would stop everything
-	b := startApp(t, schema, cfg, withSender(panicSender{}))
+	b := startApp(t, schema, cfg, WithSender(webhook.Name, panicSender{}))
 	var ids []string
 	for i := range 3 {
 		ids = append(ids, b.accept(t, fmt.Sprintf("panic-%d", i), "http://127.0.0.1:1/panic", domain.PriorityNormal))
@@ -393,7 +395,7 @@ func TestLostBrokerMessageIsRedriven(t *testing.T) {
 		t.Fatal(err)
 	}
 	// On a slow machine the redrive may already have sent a second copy: purge them all.
-	purged, err := ch.QueuePurge(b.app.topology.Work("webhook", domain.PriorityNormal), false)
+	purged, err := ch.QueuePurge(b.app.topology.Work(webhook.Name, domain.PriorityNormal), false)
 	if err != nil || purged < 1 {
 		t.Fatalf("purged %d messages (%v), want the work message", purged, err)
 	}

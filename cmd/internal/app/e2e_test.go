@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -122,7 +122,7 @@ func testLogger() *slog.Logger {
 
 // testConfig is a configuration over a fresh schema and prefix, with millisecond retry policies.
 func testConfig(t *testing.T, schema *pgtest.Schema) Config {
-	cfg := defaultConfig()
+	cfg := DefaultConfig()
 	cfg.DatabaseURL = schema.URL
 	cfg.AMQPURL = amqptest.URL()
 	cfg.AMQPPrefix = amqptest.Prefix()
@@ -154,13 +154,13 @@ func setupE2E(t *testing.T, roles string, adjust ...func(*Config)) *e2eBundle {
 }
 
 // startApp runs an App for cfg until the test ends.
-func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...appOption) *e2eBundle {
+func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...Option) *e2eBundle {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := buildApp(ctx, cfg, testLogger(), options...)
+	app, err := Build(ctx, cfg, testLogger(), options...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -473,7 +473,7 @@ func TestRelayAndWorkersWaitForTheBrokerAtStart(t *testing.T) {
 
 	// Stopped while it waits: it gives up with the reason.
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-	_, err = buildApp(ctx, cfg, testLogger())
+	_, err = Build(ctx, cfg, testLogger())
 	cancel()
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("buildApp stopped while the broker is unreachable: %v, want the deadline", err)

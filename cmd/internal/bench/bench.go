@@ -1,6 +1,8 @@
-package main
+package bench
 
 import (
+	"github.com/deliveryledger/ledger/cmd/internal/app"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -22,8 +24,8 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 )
 
-// benchOptions are the knobs of `ledger bench`.
-type benchOptions struct {
+// Options are the knobs of `ledger bench`.
+type Options struct {
 	Quick       bool
 	Phase       time.Duration // duration of each throughput measurement
 	Rate        int           // fixed rate of the latency run (deliveries/s)
@@ -39,14 +41,14 @@ type benchOptions struct {
 	Logs io.Writer
 }
 
-// benchPhases are the phases of a run, in order.
-var benchPhases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "audit"}
+// Phases are the phases of a run, in order.
+var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "audit"}
 
-func (o *benchOptions) runs(phase string) bool {
+func (o *Options) runs(phase string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
 }
 
-func (o *benchOptions) applyQuick() {
+func (o *Options) ApplyQuick() {
 	if o.Quick {
 		o.Phase = 3 * time.Second
 		o.RateFor = 8 * time.Second
@@ -54,8 +56,8 @@ func (o *benchOptions) applyQuick() {
 	}
 }
 
-// benchReport is what `ledger bench` writes as JSON.
-type benchReport struct {
+// Report is what `ledger bench` writes as JSON.
+type Report struct {
 	StartedAt  time.Time          `json:"started_at"`
 	Machine    benchMachine       `json:"machine"`
 	Quick      bool               `json:"quick"`
@@ -118,7 +120,7 @@ type benchEnv struct {
 	schema string
 	url    string
 	pool   *pgxpool.Pool
-	app    *App
+	app    *app.App
 	cancel context.CancelFunc
 	done   chan error
 	base   string
@@ -134,7 +136,7 @@ func benchSchemaURL(dbURL, schema string) string {
 }
 
 // newBenchEnv creates a schema, migrates it and (if roles is not empty) starts a ledger on it.
-func newBenchEnv(ctx context.Context, base Config, logs io.Writer, name, roles string, opts ...appOption) (*benchEnv, error) {
+func newBenchEnv(ctx context.Context, base app.Config, logs io.Writer, name, roles string, opts ...app.Option) (*benchEnv, error) {
 	schema := fmt.Sprintf("bench_%s_%d", name, time.Now().UnixNano()%1e9)
 	admin, err := pgx.Connect(ctx, base.DatabaseURL)
 	if err != nil {
@@ -171,7 +173,7 @@ func newBenchEnv(ctx context.Context, base Config, logs io.Writer, name, roles s
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runCtx, cancel := context.WithCancel(context.Background())
-	env.app, err = buildApp(runCtx, cfg, logger, opts...)
+	env.app, err = app.Build(runCtx, cfg, logger, opts...)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -187,20 +189,20 @@ func newBenchEnv(ctx context.Context, base Config, logs io.Writer, name, roles s
 
 // stop stops the env's ledger and removes its queues; its schema stays until drop, so dropping
 // a large schema does not load the machine while a later phase measures.
-func (e *benchEnv) stop(base Config) {
+func (e *benchEnv) stop(base app.Config) {
 	if e.cancel != nil {
 		e.cancel()
 		<-e.done
 		e.cancel = nil
 		if conn, err := amqp091.Dial(base.AMQPURL); err == nil {
-			_ = e.app.topology.Delete(conn)
+			_ = e.app.Topology().Delete(conn)
 			conn.Close()
 		}
 	}
 }
 
 // drop stops the env if needed and drops its schema.
-func (e *benchEnv) drop(ctx context.Context, base Config) {
+func (e *benchEnv) drop(ctx context.Context, base app.Config) {
 	e.stop(base)
 	e.pool.Close()
 	if admin, err := pgx.Connect(ctx, base.DatabaseURL); err == nil {

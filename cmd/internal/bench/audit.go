@@ -1,6 +1,9 @@
-package main
+package bench
 
 import (
+	"github.com/deliveryledger/ledger/adapters/webhook"
+	"strings"
+
 	"context"
 	"crypto/md5"
 	"fmt"
@@ -13,18 +16,19 @@ import (
 	"github.com/google/uuid"
 )
 
-// benchAuditGenerate fills the log with deliveries of four events each (accepted, queued,
-// attempt started, delivered), with the event data the domain writes, in one INSERT ... SELECT.
-const benchAuditGenerate = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+// benchAuditGenerate fills the log with webhook deliveries of four events each (accepted,
+// queued, attempt started, delivered), with the event data the domain writes, in one INSERT ...
+// SELECT.
+var benchAuditGenerate = strings.ReplaceAll(`INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
 SELECT md5(i::text)::uuid, 'bench', v.version, v.type, md5(i::text) || '/' || v.key, v.data::jsonb,
        now() - interval '1 day' + (i || ' milliseconds')::interval
 FROM generate_series($1::int, $2::int) AS i
 CROSS JOIN (VALUES
-  (1, 'delivery.accepted', 'accepted', '{"notification_id":"n","channel":"webhook","recipient":"http://127.0.0.1:9/hook","payload":{"order":42,"text":"benchmark"},"priority":"normal","max_attempts":10,"idempotency_key":"k"}'),
+  (1, 'delivery.accepted', 'accepted', '{"notification_id":"n","channel":"CHANNEL","recipient":"http://127.0.0.1:9/hook","payload":{"order":42,"text":"benchmark"},"priority":"normal","max_attempts":10,"idempotency_key":"k"}'),
   (2, 'delivery.queued', 'queued/1', '{"attempt":1}'),
-  (3, 'delivery.attempt_started', 'attempt/1/started', '{"attempt":1,"provider":"webhook"}'),
-  (4, 'delivery.delivered', 'attempt/1/outcome', '{"attempt":1,"provider":"webhook","status_code":200,"latency_ms":3.2}')
-) AS v(version, type, key, data)`
+  (3, 'delivery.attempt_started', 'attempt/1/started', '{"attempt":1,"provider":"CHANNEL"}'),
+  (4, 'delivery.delivered', 'attempt/1/outcome', '{"attempt":1,"provider":"CHANNEL","status_code":200,"latency_ms":3.2}')
+) AS v(version, type, key, data)`, "CHANNEL", webhook.Name)
 
 // benchAudit builds a log of at least events rows and times reads of random deliveries'
 // histories through the API.

@@ -1,6 +1,8 @@
-package main
+package bench
 
 import (
+	"github.com/deliveryledger/ledger/adapters/webhook"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -82,7 +84,7 @@ func acceptOne(base, recipient string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	body := fmt.Appendf(nil, `{"channel":"webhook","recipient":%q,"payload":{"order":%d,"text":"benchmark"}}`, recipient, rand.IntN(1e9))
+	body := fmt.Appendf(nil, `{"channel":%q,"recipient":%q,"payload":{"order":%d,"text":"benchmark"}}`, webhook.Name, recipient, rand.IntN(1e9))
 	key := uuid.NewString()
 	for try := 0; ; try++ {
 		c, reused, err := pool.get()

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// printBenchTable prints the report as a table.
-func printBenchTable(rep *benchReport, w io.Writer) {
+// PrintTable prints the report as a table.
+func PrintTable(rep *Report, w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nmeasure\tvalue\n")
 	keys := func(m map[string]float64) []string {
@@ -44,9 +44,9 @@ func printBenchTable(rep *benchReport, w io.Writer) {
 	}
 }
 
-// writeBenchReport writes the JSON report to out (if set) and a timestamped JSON report and SVG
+// WriteReport writes the JSON report to out (if set) and a timestamped JSON report and SVG
 // latency chart to dir.
-func writeBenchReport(rep *benchReport, out, dir string) ([]string, error) {
+func WriteReport(rep *Report, out, dir string) ([]string, error) {
 	body, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func writeBenchReport(rep *benchReport, out, dir string) ([]string, error) {
 }
 
 // latencySVG draws each latency distribution as a CDF on a logarithmic time axis.
-func latencySVG(rep *benchReport) string {
+func latencySVG(rep *Report) string {
 	const w, h, left, bottom, top, right = 760, 420, 60, 50, 30, 200
 	minMS, maxMS := 0.1, 1000.0
 	x := func(ms float64) float64 {

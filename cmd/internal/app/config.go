@@ -1,4 +1,7 @@
-package main
+// Package app wires the ledger: it builds every dependency of the roles one process runs (the
+// API, the relay, the workers, the projector) by hand, in one place, and supervises them while
+// they run. The ledger command, its benchmark and the tests share it.
+package app
 
 import (
 	"errors"
@@ -10,11 +13,12 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/limit"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
 
-// Defaults of the contract (DESIGN.md, "Contract").
+// Defaults of the contract (docs/design.md, "Configuration").
 const (
 	defaultDatabaseURL       = "postgres://postgres@127.0.0.1:5432/ledger?sslmode=disable"
 	defaultAMQPURL           = "amqp://guest:guest@127.0.0.1:5672/"
@@ -63,24 +67,30 @@ type Config struct {
 	ProjectorPollInterval time.Duration
 }
 
-// defaultConfig returns a serve configuration with every default applied.
-func defaultConfig() Config {
+// Default values of settings other commands share.
+const (
+	DefaultDatabaseURL = defaultDatabaseURL
+	DefaultAMQPURL     = defaultAMQPURL
+)
+
+// DefaultConfig returns a serve configuration with every default applied.
+func DefaultConfig() Config {
 	var c Config
 	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
-	c.serveFlags(fs)
+	c.ServeFlags(fs)
 	_ = fs.Parse(nil)
 	return c
 }
 
-// connectionFlags registers the settings every command needs.
-func (c *Config) connectionFlags(fs *flag.FlagSet) {
+// ConnectionFlags registers the settings every command needs.
+func (c *Config) ConnectionFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DatabaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL (a search_path parameter selects a schema)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
-// serveFlags registers the settings of `serve`.
-func (c *Config) serveFlags(fs *flag.FlagSet) {
-	c.connectionFlags(fs)
+// ServeFlags registers the settings of `serve`.
+func (c *Config) ServeFlags(fs *flag.FlagSet) {
+	c.ConnectionFlags(fs)
 	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL")
 	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
@@ -98,7 +108,7 @@ func (c *Config) serveFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Roles, "roles", defaultRoles, "comma-separated roles to run: "+strings.Join(allRoles, ", "))
 	fs.StringVar(&c.PriorityShares, "priority-shares", defaultPriorityShares, "reserved share (percent) of worker slots per priority class; unused share is lent")
 	def := limit.DefaultConfig()
-	fs.IntVar(&c.ProviderConcurrency, "provider-concurrency", def.Providers["webhook"].Concurrency, "webhook calls in flight per process (0: unlimited)")
+	fs.IntVar(&c.ProviderConcurrency, "provider-concurrency", ProviderDefault, "calls in flight per provider per process (-1: each provider's own default; 0: unlimited)")
 	fs.IntVar(&c.HostConcurrency, "host-concurrency", def.DefaultHost.Concurrency, "calls in flight per destination host (0: unlimited)")
 	fs.Float64Var(&c.HostRate, "host-rate", def.DefaultHost.Rate, "calls per second per destination host (0: unlimited)")
 	fs.StringVar(&c.HostRules, "host-rules", "", "per-host overrides: host=concurrency[:rate[:burst]],...")
@@ -130,6 +140,9 @@ func (c *Config) Validate() error {
 	if c.ProjectorPollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--projector-poll-interval %s is not positive", c.ProjectorPollInterval))
 	}
+	if c.ProviderConcurrency < ProviderDefault {
+		errs = append(errs, fmt.Errorf("--provider-concurrency %d: want -1 (the provider's default), 0 (unlimited) or a cap", c.ProviderConcurrency))
+	}
 	if _, err := c.roles(); err != nil {
 		errs = append(errs, err)
 	}
@@ -159,12 +172,24 @@ func (c *Config) roles() (map[string]bool, error) {
 	return roles, nil
 }
 
-// limiter builds the backpressure limits of the worker role.
-func (c *Config) limiter() (*limit.Limiter, error) {
+// ProviderDefault is --provider-concurrency's default: each provider keeps the limit its channel
+// gives it (commands.Channel.ProviderLimit).
+const ProviderDefault = -1
+
+// limiter builds the backpressure limits of the worker role: each channel's providers with
+// their channel's default limit (or --provider-concurrency), and the per-host rules.
+func (c *Config) limiter(channels *commands.Channels) (*limit.Limiter, error) {
 	cfg := limit.DefaultConfig()
-	provider := cfg.Providers["webhook"]
-	provider.Concurrency = c.ProviderConcurrency
-	cfg.Providers["webhook"] = provider
+	for _, name := range channels.Names() {
+		ch, _ := channels.Lookup(name)
+		rule := limit.Rule(ch.ProviderLimit)
+		if c.ProviderConcurrency != ProviderDefault {
+			rule.Concurrency = c.ProviderConcurrency
+		}
+		for _, p := range ch.Providers {
+			cfg.Providers[p.Provider()] = rule
+		}
+	}
 	cfg.DefaultHost.Concurrency = c.HostConcurrency
 	cfg.DefaultHost.Rate = c.HostRate
 	if c.HostRate > 0 && cfg.DefaultHost.Burst == 0 {
@@ -183,8 +208,8 @@ func (c *Config) policy() domain.RetryPolicy {
 	return domain.RetryPolicy{Base: c.RetryBase, Cap: c.RetryCap, MaxAttempts: c.MaxAttempts, RetryAfterMax: c.RetryAfterMax}
 }
 
-// logger builds the process logger.
-func (c *Config) logger() *slog.Logger {
+// Logger builds the process logger.
+func (c *Config) Logger() *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		level = slog.LevelInfo

@@ -1,6 +1,8 @@
-package main
+package bench
 
 import (
+	"github.com/deliveryledger/ledger/cmd/internal/app"
+
 	"context"
 	"errors"
 	"fmt"
@@ -17,11 +19,18 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
 
-// runBench measures the ledger against raw baselines taken in the same run.
-func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer) (*benchReport, error) {
-	rep := &benchReport{
+// baselineData is the data of the PostgreSQL baseline's event row: an accepted event's, in size
+// and shape.
+var baselineData = fmt.Sprintf(`{"channel":%q,"recipient":"http://127.0.0.1/hook","payload":{"order":1}}`, webhook.Name)
+
+// Run measures the ledger against raw baselines taken in the same run.
+func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Report, error) {
+	rep := &Report{
 		StartedAt:  time.Now().UTC(),
 		Quick:      opts.Quick,
 		Ratios:     map[string]float64{},
@@ -107,7 +116,7 @@ func runBench(ctx context.Context, base Config, opts benchOptions, out io.Writer
 type benchTrack func(*benchEnv, error) (*benchEnv, error)
 
 // benchAccept measures accept throughput over HTTP (api role only) at 1, 16 and 64 clients.
-func benchAccept(ctx context.Context, base Config, opts benchOptions, rep *benchReport, sink *benchSink, track benchTrack, out io.Writer) error {
+func benchAccept(ctx context.Context, base app.Config, opts Options, rep *Report, sink *benchSink, track benchTrack, out io.Writer) error {
 	if !opts.runs("accept") {
 		return nil
 	}
@@ -154,7 +163,7 @@ func benchAccept(ctx context.Context, base Config, opts benchOptions, rep *bench
 
 // benchRate runs end to end at a fixed rate (first, on a quiet machine), latency from each
 // request's scheduled send time, and the relay lag on the way.
-func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchReport, sink *benchSink, track benchTrack, out io.Writer) error {
+func benchRate(ctx context.Context, base app.Config, opts Options, rep *Report, sink *benchSink, track benchTrack, out io.Writer) error {
 	var relayLag latencies
 	var measuring atomic.Bool // relay lags of the warm-up are not counted either
 	observe := func(d time.Duration) {
@@ -162,7 +171,7 @@ func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchRe
 			relayLag.add(d)
 		}
 	}
-	fixed, err := track(newBenchEnv(ctx, base, opts.Logs, "rate", "api,relay,worker", withRelayObserver(observe)))
+	fixed, err := track(newBenchEnv(ctx, base, opts.Logs, "rate", "api,relay,worker", app.WithRelayObserver(observe)))
 	if err != nil {
 		return err
 	}
@@ -192,9 +201,9 @@ func benchRate(ctx context.Context, base Config, opts benchOptions, rep *benchRe
 
 // benchE2E measures sustained end-to-end deliveries: accept from 16 clients with a bounded
 // backlog, count deliveries; then waits for the run to balance.
-func benchE2E(ctx context.Context, base Config, opts benchOptions, rep *benchReport, mq float64, sink *benchSink, track benchTrack, out io.Writer) error {
+func benchE2E(ctx context.Context, base app.Config, opts Options, rep *Report, mq float64, sink *benchSink, track benchTrack, out io.Writer) error {
 	var sustainedLag latencies
-	e2e, err := track(newBenchEnv(ctx, base, opts.Logs, "e2e", "api,relay,worker", withRelayObserver(sustainedLag.add)))
+	e2e, err := track(newBenchEnv(ctx, base, opts.Logs, "e2e", "api,relay,worker", app.WithRelayObserver(sustainedLag.add)))
 	if err != nil {
 		return err
 	}
@@ -226,7 +235,7 @@ func benchE2E(ctx context.Context, base Config, opts benchOptions, rep *benchRep
 }
 
 // benchAuditPhase times one delivery's history with a large log.
-func benchAuditPhase(ctx context.Context, base Config, opts benchOptions, rep *benchReport, track benchTrack, out io.Writer) error {
+func benchAuditPhase(ctx context.Context, base app.Config, opts Options, rep *Report, track benchTrack, out io.Writer) error {
 	audit, err := track(newBenchEnv(ctx, base, opts.Logs, "audit", "api"))
 	if err != nil {
 		return err
@@ -246,7 +255,7 @@ func benchAuditPhase(ctx context.Context, base Config, opts benchOptions, rep *b
 
 // benchTargets checks the issue's targets against what this run measured; a phase left out
 // (--only) leaves its target out.
-func benchTargets(opts benchOptions, rep *benchReport) []benchTarget {
+func benchTargets(opts Options, rep *Report) []benchTarget {
 	var targets []benchTarget
 	add := func(name, want string, got float64, ok bool, measured bool) {
 		if measured {
@@ -287,8 +296,8 @@ func benchPostgres(ctx context.Context, url string, c int, d time.Duration) (flo
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-			VALUES ($1, 'bench', 1, 'delivery.accepted', $2, '{"channel":"webhook","recipient":"http://127.0.0.1/hook","payload":{"order":1}}', now())`,
-			id, id.String()+"/accepted"); err != nil {
+			VALUES ($1, 'bench', 1, 'delivery.accepted', $2, $3, now())`,
+			id, id.String()+"/accepted", baselineData); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO watermill_ledger_outbox (uuid, payload, metadata, transaction_id)
@@ -356,7 +365,7 @@ func benchRabbit(ctx context.Context, url string, d time.Duration) (float64, str
 			}
 		}
 	}()
-	body := []byte(`{"delivery_id":"00000000-0000-0000-0000-000000000000","channel":"webhook","recipient":"http://127.0.0.1/hook","payload":{"order":1},"attempt":1}`)
+	body := fmt.Appendf(nil, `{"delivery_id":"00000000-0000-0000-0000-000000000000","channel":%q,"recipient":"http://127.0.0.1/hook","payload":{"order":1},"attempt":1}`, webhook.Name)
 	const window = 256
 	pending := make(chan *amqp091.DeferredConfirmation, window)
 	errs := make(chan error, 1)
@@ -475,13 +484,6 @@ func stateCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]int, error
 		return nil, err
 	}
 	defer rows.Close()
-	byType := map[string]string{
-		"delivery.accepted": "accepted", "delivery.queued": "queued", "delivery.deferred": "queued",
-		"delivery.attempt_started": "processing", "delivery.retry_scheduled": "retrying",
-		"delivery.delivered": "delivered", "delivery.dead_lettered": "dead", "delivery.outcome_unknown": "unknown",
-		"delivery.reconciled_delivered": "delivered", "delivery.reconciled_dead": "dead",
-		"delivery.reconciled_retry": "retrying", "delivery.replayed": "queued",
-	}
 	counts := map[string]int{}
 	for rows.Next() {
 		var typ string
@@ -489,7 +491,11 @@ func stateCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]int, error
 		if err := rows.Scan(&typ, &n); err != nil {
 			return nil, err
 		}
-		counts[byType[typ]] += n
+		state, err := projections.StateAfter(domain.EventType(typ))
+		if err != nil {
+			return nil, err
+		}
+		counts[string(state)] += n
 	}
 	return counts, rows.Err()
 }
@@ -566,7 +572,7 @@ func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int
 // events (each taken when the command decided, just before its commit): accepted → queued is
 // the relay (commit, outbox read, broker confirm), queued → started the wait in RabbitMQ for a
 // worker, started → delivered the provider call and the outcome's commit.
-func benchStages(ctx context.Context, env *benchEnv, run string, rep *benchReport, out io.Writer) {
+func benchStages(ctx context.Context, env *benchEnv, run string, rep *Report, out io.Writer) {
 	rows, err := env.pool.Query(ctx, `WITH t AS (
 		SELECT delivery_id,
 			min(recorded_at) FILTER (WHERE type = 'delivery.accepted') AS acc,

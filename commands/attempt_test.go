@@ -1,4 +1,4 @@
-package worker_test
+package commands_test
 
 import (
 	"context"
@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
-	"github.com/deliveryledger/ledger/adapters/worker"
-	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -66,16 +64,19 @@ func TestRedeliveredStartedAttemptIsUnknownEvenWhenLimited(t *testing.T) {
 	}
 	defer held()
 	sender := &countingSender{}
-	w := worker.New(worker.Commands{
-		Start:   start,
-		Record:  commands.NewRecordOutcomeHandler(store, topics, clock, func(string) domain.RetryPolicy { return policy }),
-		Defer:   commands.NewDeferAttemptHandler(store, topics, clock),
-		Reroute: commands.NewRerouteHandler(store, topics, clock),
-	}, sender, lim, nil, clock, nil)
+	channels, err := commands.NewChannels(commands.Channel{Name: "webhook", Providers: []commands.Sender{sender},
+		Check: func(string, json.RawMessage) error { return nil }, Destination: limit.HostOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts, err := commands.NewAttemptHandler(commands.AttemptConfig{Store: store, Topics: topics, Clock: clock,
+		Policies: func(string) domain.RetryPolicy { return policy }, Channels: channels, Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	body, _ := json.Marshal(msg)
-	verdict := w.Handle(ctx, amqp.Delivery{Message: message.NewMessage(uuid.NewString(), body), Redelivered: true, Queue: "t.webhook"})
-	if verdict != amqp.Ack {
+	verdict := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.NewString(), Redelivered: true})
+	if verdict != commands.Ack {
 		t.Fatalf("verdict %v, want ack", verdict)
 	}
 	stream, err := store.Load(ctx, d.ID())

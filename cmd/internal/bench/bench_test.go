@@ -1,6 +1,8 @@
-package main
+package bench
 
 import (
+	"github.com/deliveryledger/ledger/cmd/internal/app"
+
 	"bytes"
 	"context"
 	"os"
@@ -19,13 +21,13 @@ import (
 func TestBenchFixedRateRunBalances(t *testing.T) {
 	t.Parallel()
 	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
-	base := defaultConfig()
+	base := app.DefaultConfig()
 	base.DatabaseURL = pgtest.URL()
 	base.AMQPURL = amqptest.URL()
 	base.WorkerConcurrency = 8
-	opts := benchOptions{Only: []string{"rate"}, Rate: 50, RateFor: time.Second, ResultsDir: t.TempDir()}
+	opts := Options{Only: []string{"rate"}, Rate: 50, RateFor: time.Second, ResultsDir: t.TempDir()}
 	var out bytes.Buffer
-	rep, err := runBench(context.Background(), base, opts, &out)
+	rep, err := Run(context.Background(), base, opts, &out)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out.String())
 	}
@@ -61,8 +63,8 @@ func TestBenchFixedRateRunBalances(t *testing.T) {
 func TestBenchReportCreatesItsDirectories(t *testing.T) {
 	root := t.TempDir()
 	out := filepath.Join(root, "bench", "results", "latest.json")
-	rep := &benchReport{StartedAt: time.Now(), Ratios: map[string]float64{"e2e_vs_rabbitmq": 0.1}}
-	written, err := writeBenchReport(rep, out, filepath.Join(root, "bench", "results"))
+	rep := &Report{StartedAt: time.Now(), Ratios: map[string]float64{"e2e_vs_rabbitmq": 0.1}}
+	written, err := WriteReport(rep, out, filepath.Join(root, "bench", "results"))
 	if err != nil {
 		t.Fatal(err)
 	}

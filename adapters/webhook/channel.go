@@ -1,0 +1,63 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/deliveryledger/ledger/adapters/limit"
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// Name is the webhook channel's name, and its one provider's: in requests, the history, metrics
+// and queue names. It is the one place the name is written.
+const Name = "webhook"
+
+// DefaultConcurrency caps the webhook calls one process has in flight. It is far above the
+// default worker concurrency (16 per channel), so out of the box it never refuses; it is a
+// ceiling for operators who raise worker concurrency, so that the webhook provider alone cannot
+// exhaust the process's sockets and file descriptors.
+const DefaultConcurrency = 256
+
+// Channel describes the webhook channel for the registry: s delivers; a recipient is an
+// absolute http(s) URL, and the whole payload is the body; calls are limited per destination
+// host (limit.HostOf).
+func Channel(s *Sender) commands.Channel {
+	return commands.Channel{
+		Name:          Name,
+		Providers:     []commands.Sender{s},
+		Check:         Check,
+		Destination:   limit.HostOf,
+		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},
+	}
+}
+
+// Check is the channel's acceptance check: the recipient is a URL ValidateURL takes. The
+// payload needs nothing more than what every notification has (a JSON object): it is sent whole.
+func Check(recipient string, _ json.RawMessage) error {
+	if err := ValidateURL(recipient); err != nil {
+		return &commands.InvalidField{Field: "recipient", Reason: err.Error()}
+	}
+	return nil
+}
+
+// ValidateURL checks a webhook recipient at acceptance: an absolute http or https URL with a
+// host. It does not resolve the host: whether the address is allowed is the SSRF guard's
+// decision at send time, when DNS gives the address actually dialled.
+func ValidateURL(recipient string) error {
+	u, err := url.Parse(recipient)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme == "" {
+		return errors.New("must be an absolute http or https URL, not a relative reference")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("must be an absolute http or https URL, got scheme %q", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return errors.New("must be an absolute http or https URL with a host")
+	}
+	return nil
+}

@@ -1,0 +1,410 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/fairshare"
+	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/metrics"
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
+)
+
+// App is the wired ledger: the roles of one process over one database and one broker.
+type App struct {
+	cfg      Config
+	logger   *slog.Logger
+	roles    map[string]bool
+	pool     *pgxpool.Pool
+	store    *postgres.EventStore
+	views    *projections.Reader
+	channels *commands.Channels
+	topology amqp.Topology
+	metrics  *metrics.Metrics
+	listener net.Listener
+	server   *http.Server
+
+	queued    *commands.QueuedRecorder // the relay's; made by Run
+	relayPool *pgxpool.Pool            // the relay's connections, with asynchronous commit
+	attempts  *commands.AttemptHandler
+	scheduler *fairshare.Scheduler
+	batcher   *postgres.AcceptBatcher
+	appends   *postgres.AppendBatcher
+	projector *projections.Runner
+	opts      options
+}
+
+// Option adjusts the wiring: tests replace a channel's provider with one that misbehaves, and the
+// benchmark watches the relay.
+type Option func(*options)
+
+type options struct {
+	senders       map[string]commands.Sender
+	relayObserver func(lag time.Duration)
+}
+
+// WithRelayObserver is told the lag (outbox write → broker confirm) of every relayed message.
+func WithRelayObserver(f func(time.Duration)) Option {
+	return func(o *options) { o.relayObserver = f }
+}
+
+// WithSender makes s the one provider of channel.
+func WithSender(channel string, s commands.Sender) Option {
+	return func(o *options) {
+		if o.senders == nil {
+			o.senders = map[string]commands.Sender{}
+		}
+		o.senders[channel] = s
+	}
+}
+
+// Build wires the application: every dependency is built here, by hand, in one place. It
+// connects to the database and declares the broker's topology; Run starts the roles.
+func Build(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (*App, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	roles, err := cfg.roles()
+	if err != nil {
+		return nil, err
+	}
+	a := &App{opts: o, cfg: cfg, logger: logger, roles: roles, metrics: metrics.New()}
+	if a.channels, err = a.registry(); err != nil {
+		return nil, err
+	}
+	policy := cfg.policy()
+	a.topology = amqp.Topology{Prefix: cfg.AMQPPrefix, Channels: a.channels.Names(), Tiers: policy.Tiers()}
+	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", int32(cfg.DatabaseMaxConns))
+	if err != nil {
+		return nil, err
+	}
+	if err := a.build(ctx, policy); err != nil {
+		a.pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// build wires the roles over an open pool.
+func (a *App) build(ctx context.Context, policy domain.RetryPolicy) error {
+	cfg, logger := a.cfg, a.logger
+	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
+		return err
+	}
+	if err := amqp.DeclareTopology(cfg.AMQPURL, a.topology, logger); err != nil {
+		if !a.roles["relay"] && !a.roles["worker"] {
+			// The API and the projector only write to PostgreSQL: accepting while the broker is
+			// down is exactly what the outbox is for. The relay declares the topology when it
+			// starts.
+			logger.Warn("broker unreachable; starting without it", "err", err)
+		} else if err := amqp.DeclareWhenReachable(ctx, cfg.AMQPURL, a.topology, logger); err != nil {
+			// The relay must not publish before the queues exist (the broker drops a message to
+			// a missing queue), and workers have nothing to consume.
+			return err
+		}
+	}
+	a.store = postgres.NewEventStore(a.pool)
+	a.views = projections.NewReader(a.pool)
+	clock := commands.SystemClock{}
+	policies := func(string) domain.RetryPolicy { return policy }
+
+	if a.roles["worker"] {
+		limiter, err := cfg.limiter(a.channels)
+		if err != nil {
+			return err
+		}
+		shares, err := fairshare.ParseShares(cfg.PriorityShares)
+		if err != nil {
+			return fmt.Errorf("--priority-shares: %w", err)
+		}
+		a.scheduler, err = fairshare.New(fairshare.Config{Slots: cfg.WorkerConcurrency, Shares: shares})
+		if err != nil {
+			return err
+		}
+		// Concurrent workers' records share transactions (group commit), like accepts.
+		a.appends = postgres.NewAppendBatcher(a.store, 2, 64)
+		a.attempts, err = commands.NewAttemptHandler(commands.AttemptConfig{
+			Store: a.appends, Topics: a.topology, Clock: clock, Policies: policies, Channels: a.channels,
+			Limiter: limiter, Metrics: a.metrics, Logger: logger.With("role", "worker"),
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	if a.roles["projector"] {
+		var err error
+		a.projector, err = projections.NewRunner(a.pool, a.store, projections.All(), projections.RunnerConfig{
+			BatchSize:    cfg.ProjectorBatchSize,
+			PollInterval: cfg.ProjectorPollInterval,
+			Metrics:      a.metrics,
+			Logger:       logger.With("role", "projector"),
+			// An accept's commit notifies the relay; the projector wakes on it too, so a new
+			// delivery shows in the lists at once rather than after a poll interval.
+			Wake: func(ctx context.Context) <-chan struct{} {
+				return postgres.NotifyWaker(ctx, a.pool, logger.With("role", "projector"))
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	if a.roles["api"] {
+		return a.buildAPI(clock, policies)
+	}
+	return nil
+}
+
+// buildAPI wires the HTTP API and opens its listener.
+func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
+	keys, err := httpapi.ParseAPIKeys(a.cfg.APIKeys)
+	if err != nil {
+		return fmt.Errorf("--api-keys: %w", err)
+	}
+	// Concurrent accepts share transactions (group commit); each caller is answered after the
+	// commit that holds its rows.
+	a.batcher = postgres.NewAcceptBatcher(a.store, postgres.DefaultAcceptCommitters, postgres.DefaultAcceptBatch)
+	accept := commands.NewAcceptHandler(a.batcher, a.topology, clock, policies)
+	accept.OnAccepted = a.metrics.Accepted
+	replay := commands.NewReplayHandler(a.store, a.topology, clock)
+	replay.OnDecided = a.metrics.Decided
+	reconcile := commands.NewReconcileHandler(a.store, a.topology, clock, policies)
+	reconcile.OnDecided = a.metrics.Decided
+	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks()}, httpapi.Deps{
+		Accept:   accept,
+		Events:   a.store,
+		Requests: a.store,
+		Views:    a.views,
+		// An operator's decisions are rare: they go straight to the store, not through a
+		// batcher.
+		Replay:    replay,
+		Reconcile: reconcile,
+		Ready:     a.ready,
+	}, a.logger.With("role", "api"))
+	if err != nil {
+		a.batcher.Close()
+		return err
+	}
+	a.listener, err = net.Listen("tcp", a.cfg.HTTPAddr)
+	if err != nil {
+		a.batcher.Close()
+		return fmt.Errorf("listen on %s: %w", a.cfg.HTTPAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.metrics.Handler())
+	mux.Handle("/", api)
+	a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// ready checks that the database and the broker answer.
+func (a *App) ready(ctx context.Context) error {
+	var errs []error
+	if err := a.pool.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("database: %w", err))
+	}
+	conn, err := amqp091.DialConfig(a.cfg.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("broker: %w", err))
+	} else {
+		conn.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Addr is the API's listening address (useful with port 0); empty without the api role.
+func (a *App) Addr() string {
+	if a.listener == nil {
+		return ""
+	}
+	return a.listener.Addr().String()
+}
+
+// Topology is the broker topology the app declared (the benchmark deletes it after a run).
+func (a *App) Topology() amqp.Topology { return a.topology }
+
+// Run runs the roles until ctx is cancelled, then shuts them down gracefully. A role that fails
+// stops the others, so the process is restarted whole.
+func (a *App) Run(ctx context.Context) error {
+	defer a.pool.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	start := func(name string, fn func(context.Context) error) {
+		wg.Go(func() {
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		})
+	}
+	if a.roles["relay"] {
+		// The relay's own writes (outbox offsets, queued records) are safe to lose in a database
+		// crash, so they commit without waiting for the disk (see postgres.AsyncCommit).
+		relayPool, err := postgres.Connect(ctx, a.cfg.DatabaseURL, "", 4, postgres.AsyncCommit())
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		defer relayPool.Close()
+		a.relayPool = relayPool
+		a.queued = commands.NewQueuedRecorder(postgres.NewEventStore(relayPool), commands.SystemClock{}, a.logger.With("role", "relay"))
+		start("relay", a.runRelay)
+		start("queued recorder", a.queued.Run)
+		if a.cfg.RedriveAfter > 0 {
+			// The redrive needs the status view, so it runs where a projector keeps one.
+			redrive := commands.NewRedriveHandler(a.store, a.topology, commands.SystemClock{})
+			start("redrive", commands.NewRedriver(redrive, a.views, a.cfg.RedriveAfter, a.logger.With("role", "relay")).Run)
+		}
+		start("outbox prune", func(ctx context.Context) error {
+			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
+		})
+	}
+	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {
+		start("table statistics", func(ctx context.Context) error {
+			return postgres.KeepStatistics(ctx, a.pool, statisticsInterval, a.logger)
+		})
+	}
+	if a.attempts != nil {
+		if err := a.startWorkers(start); err != nil {
+			return err
+		}
+		start("queue metrics", a.watchQueues)
+	}
+	if a.projector != nil {
+		start("projector", a.projector.Run)
+		start("waiting metrics", a.watchWaiting)
+	}
+	if a.server != nil {
+		start("api", a.serveAPI)
+	}
+	a.logger.Info("ledger running", "roles", a.cfg.Roles, "http", a.Addr(), "amqp_prefix", a.cfg.AMQPPrefix)
+	wg.Wait()
+	if a.batcher != nil {
+		a.batcher.Close()
+	}
+	if a.appends != nil {
+		a.appends.Close()
+	}
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// startWorkers starts one consumer per channel and priority class, all drawing worker slots
+// from one fair-share scheduler: high is served first, but each class keeps its reserved share.
+func (a *App) startWorkers(start func(string, func(context.Context) error)) error {
+	for _, channel := range a.channels.Names() {
+		for _, p := range amqp.Priorities {
+			class := fairshare.ClassOf(p)
+			logger := a.logger.With("role", "worker", "channel", channel, "priority", p)
+			consumer, err := amqp.NewConsumer(amqp.ConsumerConfig{
+				URL:             a.cfg.AMQPURL,
+				Queue:           a.topology.Work(channel, p),
+				Concurrency:     a.cfg.WorkerConcurrency,
+				ShutdownTimeout: a.cfg.ShutdownTimeout,
+				Logger:          logger,
+				Acquire: func(ctx context.Context) (func(), error) {
+					return a.scheduler.Acquire(ctx, class)
+				},
+			}, amqp.Work(a.attempts.Handle, logger))
+			if err != nil {
+				return err
+			}
+			start("worker "+channel+" "+string(p), consumer.Run)
+		}
+	}
+	return nil
+}
+
+// serveAPI serves HTTP until ctx ends, then shuts the server down gracefully.
+func (a *App) serveAPI(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		defer cancel()
+		_ = a.server.Shutdown(shutdownCtx)
+	}()
+	if err := a.server.Serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// statisticsInterval is how often a writing process checks whether its tables need ANALYZE.
+const statisticsInterval = 5 * time.Second
+
+// gaugeInterval is how often the queue depth and waiting age gauges are refreshed.
+const gaugeInterval = 5 * time.Second
+
+// watchQueues keeps the queue depth gauges current.
+func (a *App) watchQueues(ctx context.Context) error {
+	return everyFromNow(ctx, gaugeInterval, func() {
+		depths, err := amqp.QueueDepths(a.cfg.AMQPURL, a.topology.Queues())
+		if err != nil && ctx.Err() == nil {
+			a.logger.Warn("read queue depths", "err", err)
+		}
+		for q, n := range depths {
+			a.metrics.QueueDepth(q, n)
+		}
+	})
+}
+
+// watchWaiting keeps the age of the oldest waiting delivery per channel current, from the status
+// view the projector maintains.
+func (a *App) watchWaiting(ctx context.Context) error {
+	return everyFromNow(ctx, gaugeInterval, func() {
+		ages, err := a.views.OldestWaiting(ctx)
+		if err != nil && ctx.Err() == nil {
+			a.logger.Warn("read oldest waiting delivery", "err", err)
+		}
+		for _, channel := range a.channels.Names() {
+			a.metrics.OldestWaiting(channel, ages[channel]) // zero when nothing waits
+		}
+	})
+}
+
+// everyFromNow runs fn at once and then at every interval until ctx ends.
+func everyFromNow(ctx context.Context, interval time.Duration, fn func()) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		fn()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Serve runs `ledger serve`: it builds the app, says where the API listens, and runs it.
+func Serve(ctx context.Context, cfg Config, stdout io.Writer) error {
+	app, err := Build(ctx, cfg, cfg.Logger())
+	if err != nil {
+		return err
+	}
+	if app.Addr() != "" {
+		fmt.Fprintf(stdout, "ledger: API listening on http://%s\n", app.Addr())
+	}
+	return app.Run(ctx)
+}

@@ -1,0 +1,334 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// Attempt is one work message as the transport hands it over: the attempt it carries, and what
+// the broker says about this copy of it.
+type Attempt struct {
+	Message WorkMessage
+	// MessageID is the broker message's id; the id of a reroute's hop derives from it, so a hop
+	// that is republished keeps its id.
+	MessageID string
+	// Redelivered is the broker's flag: this copy was handed to a consumer before and not acked
+	// (the consumer died, or its connection dropped).
+	Redelivered bool
+}
+
+// Verdict is what the transport must do with a message once the attempt use case is done.
+type Verdict int
+
+const (
+	// Ack: the message is done; what it asked for is in the ledger.
+	Ack Verdict = iota
+	// Requeue: give the message back for redelivery (the ledger could not be written, or a limit
+	// may have room later).
+	Requeue
+	// Reject: reject without requeue; the message can never be handled (undecodable, or it does
+	// not fit the ledger), and the broker dead-letters it to the channel's dead queue.
+	Reject
+)
+
+// String names the verdict in logs.
+func (v Verdict) String() string {
+	switch v {
+	case Ack:
+		return "ack"
+	case Requeue:
+		return "requeue"
+	case Reject:
+		return "reject"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Limiter is the backpressure the attempt asks before calling a provider: a concurrency cap and
+// a token bucket per provider and per destination. The answer never blocks.
+type Limiter interface {
+	// Acquire asks whether a call of provider to destination may start now. When ok, the call
+	// holds its slot until release is called (exactly once; a second call does nothing). When
+	// not, nothing was taken, retryAfter is the suggested wait and reason names the rule that
+	// refused.
+	Acquire(provider, destination string) (release func(), ok bool, retryAfter time.Duration, reason string)
+}
+
+// AttemptMetrics receives what the attempt observes. *metrics.Metrics implements it.
+type AttemptMetrics interface {
+	Attempt(channel, provider, outcome string, d time.Duration)
+	InFlight(provider string, delta int)
+	Delivered(channel string, sinceAccept time.Duration)
+	Retry(channel string)
+	Dead(channel, class string)
+	Deferred(channel string)
+}
+
+// AttemptConfig holds what the attempt use case drives.
+type AttemptConfig struct {
+	Store    EventStore
+	Topics   Topics
+	Clock    Clock
+	Policies Policies
+	Channels *Channels
+	// Limiter, when set, is asked before every provider call; nil limits nothing.
+	Limiter Limiter
+	// Metrics, when set, receives every attempt's observations.
+	Metrics AttemptMetrics
+	Logger  *slog.Logger
+}
+
+// Validate reports every missing dependency at once.
+func (c AttemptConfig) Validate() error {
+	var problems []error
+	for _, dep := range []struct {
+		name  string
+		unset bool
+	}{
+		{"event store", c.Store == nil}, {"topics", c.Topics == nil}, {"clock", c.Clock == nil},
+		{"retry policies", c.Policies == nil}, {"channels", c.Channels == nil},
+	} {
+		if dep.unset {
+			problems = append(problems, fmt.Errorf("attempt: no %s", dep.name))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// AttemptHandler runs the attempt a work message carries: it checks the due time and the
+// limits, records the attempt's start, calls the channel's provider, records the typed outcome
+// (the one mapping to the next state is domain.Delivery.RecordOutcome), and only then tells the
+// transport to ack. Every path ends in a verdict; none loses the message.
+type AttemptHandler struct {
+	start    *StartAttemptHandler
+	record   *RecordOutcomeHandler
+	defers   *DeferAttemptHandler
+	reroute  *RerouteHandler
+	channels *Channels
+	limiter  Limiter
+	metrics  AttemptMetrics
+	clock    Clock
+	logger   *slog.Logger
+	// storeRetry is the first pause when the ledger cannot be written; it doubles up to 2 s.
+	storeRetry time.Duration
+}
+
+// earlyTolerance is how early a message may arrive and still run: delay tiers round delays up,
+// so only a delay longer than the largest tier (or clock skew) arrives earlier than this.
+const earlyTolerance = 10 * time.Millisecond
+
+// NewAttemptHandler builds the use case.
+func NewAttemptHandler(cfg AttemptConfig) (*AttemptHandler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noAttemptMetrics{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &AttemptHandler{
+		start:      NewStartAttemptHandler(cfg.Store, cfg.Clock),
+		record:     NewRecordOutcomeHandler(cfg.Store, cfg.Topics, cfg.Clock, cfg.Policies),
+		defers:     NewDeferAttemptHandler(cfg.Store, cfg.Topics, cfg.Clock),
+		reroute:    NewRerouteHandler(cfg.Store, cfg.Topics, cfg.Clock),
+		channels:   cfg.Channels,
+		limiter:    cfg.Limiter,
+		metrics:    cfg.Metrics,
+		clock:      cfg.Clock,
+		logger:     cfg.Logger,
+		storeRetry: 50 * time.Millisecond,
+	}, nil
+}
+
+// Handle runs one attempt and says what to do with its message.
+func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
+	msg := a.Message
+	log := h.logger.With("channel", msg.Channel, "delivery", msg.DeliveryID, "attempt", msg.Attempt)
+	ch, ok := h.channels.Lookup(msg.Channel)
+	if !ok {
+		log.Error("work message for a channel this ledger does not serve, dead-lettering", "channel", msg.Channel)
+		return Reject
+	}
+	sender := ch.Providers[0]
+
+	// A delay longer than the largest tier arrives early: send it round the tiers again.
+	if early := msg.DueAt.Sub(h.clock.Now()); early > earlyTolerance {
+		hop := uuid.NewSHA1(uuid.NameSpaceOID, []byte(a.MessageID+"/reroute")).String()
+		err := h.untilStored(ctx, 5, func() error {
+			return h.reroute.Handle(ctx, Reroute{Message: msg, MessageID: hop})
+		})
+		if err != nil {
+			log.Error("cannot reroute early message, requeueing", "err", err)
+			return Requeue
+		}
+		return Ack
+	}
+
+	noStart := false
+	if h.limiter != nil {
+		release, ok, retryIn, reason := h.limiter.Acquire(sender.Provider(), ch.destination(msg.Recipient))
+		if !ok {
+			verdict, deferred := h.deferAttempt(ctx, log, msg, reason, retryIn)
+			if deferred || verdict != Ack {
+				return verdict
+			}
+			// Not deferred: the attempt is not queued (a worker died mid-call and this is the
+			// redelivered copy, or another copy moved it on). Resolve that without a call.
+			noStart = true
+		} else {
+			defer release()
+		}
+	}
+
+	var decision StartDecision
+	var known *domain.Delivery
+	err := h.untilStored(ctx, 5, func() error {
+		var err error
+		decision, known, err = h.start.Handle(ctx, StartAttempt{
+			Message:              msg,
+			Redelivered:          a.Redelivered,
+			Provider:             sender.Provider(),
+			ProviderDeduplicates: sender.Deduplicates(),
+			NoStart:              noStart,
+		})
+		return err
+	})
+	if err != nil && !retryable(err) {
+		// No stream, or a history the message does not fit: retrying cannot help.
+		log.Error("message does not fit the ledger, dead-lettering", "err", err)
+		return Reject
+	}
+	if err != nil {
+		log.Error("cannot record attempt start, requeueing", "err", err)
+		return Requeue
+	}
+	if decision == StartNotNow {
+		return Requeue // nothing was recorded; the limit may have room next time
+	}
+	if decision != StartProceed {
+		log.Debug("attempt not started", "decision", decision)
+		return Ack
+	}
+
+	outcome := h.call(ctx, sender, msg)
+	h.metrics.Attempt(msg.Channel, outcome.Provider, string(outcome.Kind), outcome.Latency)
+	var state domain.State
+	// The outcome is known only here: keep trying to record it rather than requeue, because a
+	// redelivered message would find the attempt started and could only record "unknown".
+	err = h.untilStored(ctx, 0, func() error {
+		var err error
+		state, err = h.record.Handle(ctx, RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome, Known: known})
+		known = nil // a retry after a failed write reads the stream again
+		return err
+	})
+	if err != nil {
+		log.Error("cannot record outcome, requeueing", "outcome", outcome.Kind, "err", err)
+		return Requeue
+	}
+	h.observe(msg, outcome, state)
+	log.Debug("attempt recorded", "outcome", outcome.Kind, "state", state)
+	return Ack
+}
+
+// deferAttempt records that a limit held the attempt back and sends it through a delay tier. It
+// reports whether it deferred; when it did not (the attempt is not queued), the caller still has
+// to resolve the message.
+func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, msg WorkMessage, reason string, delay time.Duration) (Verdict, bool) {
+	var deferred bool
+	err := h.untilStored(ctx, 5, func() error {
+		var err error
+		deferred, err = h.defers.Handle(ctx, DeferAttempt{Message: msg, Reason: reason, Delay: delay})
+		return err
+	})
+	if err != nil {
+		log.Error("cannot record deferral, requeueing", "err", err)
+		return Requeue, false
+	}
+	if deferred {
+		h.metrics.Deferred(msg.Channel)
+	}
+	return Ack, deferred
+}
+
+func (h *AttemptHandler) observe(msg WorkMessage, o domain.Outcome, state domain.State) {
+	switch state {
+	case domain.StateDelivered:
+		if o.Kind == domain.OutcomeDelivered {
+			h.metrics.Delivered(msg.Channel, h.clock.Now().Sub(msg.AcceptedAt))
+		}
+	case domain.StateRetrying:
+		h.metrics.Retry(msg.Channel)
+	case domain.StateDead:
+		class := o.Class
+		if class == "" {
+			class = domain.ErrorClass(o.Kind)
+		}
+		h.metrics.Dead(msg.Channel, string(class))
+	}
+}
+
+// call runs the provider adapter, turning a panic into a permanent outcome with the panic
+// recorded.
+func (h *AttemptHandler) call(ctx context.Context, sender Sender, msg WorkMessage) (outcome domain.Outcome) {
+	started := time.Now()
+	h.metrics.InFlight(sender.Provider(), 1)
+	defer h.metrics.InFlight(sender.Provider(), -1)
+	defer func() {
+		if r := recover(); r != nil {
+			h.logger.Error("adapter panicked", "delivery", msg.DeliveryID, "panic", r, "stack", string(debug.Stack()))
+			outcome = domain.Outcome{
+				Kind:     domain.OutcomePermanent,
+				Class:    domain.ClassPanic,
+				Provider: sender.Provider(),
+				Latency:  time.Since(started),
+				Err:      fmt.Sprintf("adapter panic: %v", r),
+			}
+		}
+	}()
+	return sender.Send(ctx, msg)
+}
+
+// untilStored retries fn while it fails for reasons other than the ledger's rules (the database
+// is down, a connection dropped): up to tries times, or until ctx ends when tries is 0.
+func (h *AttemptHandler) untilStored(ctx context.Context, tries int, fn func() error) error {
+	pause := h.storeRetry
+	for i := 1; ; i++ {
+		err := fn()
+		if err == nil || !retryable(err) || (tries > 0 && i >= tries) {
+			return err
+		}
+		h.logger.Warn("ledger write failed, retrying", "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 2*time.Second)
+	}
+}
+
+// retryable tells infrastructure failures from broken history, which retrying cannot mend.
+func retryable(err error) bool {
+	var transition *domain.TransitionError
+	return !errors.As(err, &transition) && !errors.Is(err, ErrNotFound) &&
+		!errors.Is(err, domain.ErrInvalidDelivery)
+}
+
+type noAttemptMetrics struct{}
+
+func (noAttemptMetrics) Attempt(string, string, string, time.Duration) {}
+func (noAttemptMetrics) InFlight(string, int)                          {}
+func (noAttemptMetrics) Delivered(string, time.Duration)               {}
+func (noAttemptMetrics) Retry(string)                                  {}
+func (noAttemptMetrics) Dead(string, string)                           {}
+func (noAttemptMetrics) Deferred(string)                               {}
