@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// expectedTransitions is the lifecycle of DESIGN.md written out again, independently of the
+// expectedTransitions is the lifecycle of docs/design.md written out again, independently of the
 // table in state.go, so that a change to either one shows up as a failing pair.
 var expectedTransitions = map[State]map[EventType]State{
 	StateNone:     {EventAccepted: StateAccepted},

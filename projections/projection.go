@@ -10,7 +10,7 @@
 //	dlq       dlq_view       dead and unknown deliveries, with the evidence a replay decision needs
 //	counters  counters_view  deliveries per tenant, channel and state
 //
-// Everything here is derived: the events table is the only truth, and invariant 5 of DESIGN.md
+// Everything here is derived: the events table is the only truth, and invariant 5 of docs/design.md
 // (a rebuilt view equals the live one) is what Verify checks.
 package projections
 

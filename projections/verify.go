@@ -25,7 +25,7 @@ type VerifyResult struct {
 }
 
 // Verify folds the log afresh and compares the result with a projection's live view: invariant
-// 5 of DESIGN.md, "rebuilding a projection from the events gives the same rows as the live one".
+// 5 of docs/design.md, "rebuilding a projection from the events gives the same rows as the live one".
 //
 // It reads in one read-only snapshot in which the view's rows and checkpoint agree, and compares
 // with the events up to that checkpoint only, so a projector that keeps running meanwhile does

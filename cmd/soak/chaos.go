@@ -144,14 +144,3 @@ func (c *chaos) snapshot() ([]incident, []string) {
 	defer c.mu.Unlock()
 	return append([]incident(nil), c.incidents...), append([]string(nil), c.failures...)
 }
-
-// killsOf counts the kills per process name.
-func killsOf(incidents []incident) map[string]int {
-	kills := map[string]int{}
-	for _, in := range incidents {
-		if in.Kind == "kill" {
-			kills[in.Target]++
-		}
-	}
-	return kills
-}

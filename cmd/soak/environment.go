@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/deliveryledger/ledger/adapters/webhook"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,7 +58,7 @@ type environment struct {
 func (e *environment) topology() amqp.Topology {
 	return amqp.Topology{
 		Prefix:   e.prefix,
-		Channels: []string{"webhook"},
+		Channels: []string{webhook.Name},
 		Tiers:    domain.RetryPolicy{Base: retryBase, Cap: retryCap}.Tiers(),
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/deliveryledger/ledger/adapters/webhook"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -86,7 +88,7 @@ func (p *producer) produce(ctx context.Context) {
 func (p *producer) send(ctx context.Context, i int) {
 	key := p.key(i)
 	body, _ := json.Marshal(map[string]any{
-		"channel":   "webhook",
+		"channel":   webhook.Name,
 		"recipient": p.sink,
 		"payload":   map[string]any{"soak": p.run, "n": i},
 	})
