@@ -40,6 +40,19 @@ type StatusRow struct {
 	FirstAttemptAt *time.Time `db:"first_attempt_at"`
 }
 
+// FoldStatus folds a whole stream, oldest first, into its status row: the row the status view
+// holds for the delivery once the projector has applied the stream. The API answers a single
+// delivery with it, so a delivery has one shape whether it is read from its stream or listed.
+func FoldStatus(events []domain.Event) (StatusRow, error) {
+	var r StatusRow
+	for _, e := range events {
+		if err := r.apply(e); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
 // apply folds one event into the row. It mirrors domain.Delivery's fold for the fields both
 // have (a test holds them together) and fails on an event the transition table refuses.
 func (r *StatusRow) apply(e domain.Event) error {

@@ -98,7 +98,11 @@ func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusAccepted, statusOf(d))
+	out, err := s.deliveryAfter(r.Context(), tenant, d)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusAccepted, out)
 	return nil
 }
 
@@ -188,6 +192,10 @@ func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenan
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusOK, statusOf(d))
+	out, err := s.deliveryAfter(r.Context(), tenant, d)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }

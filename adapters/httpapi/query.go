@@ -12,37 +12,8 @@ import (
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
-
-// deliveryStatus is the answer of GET /v1/deliveries/{id}. The tenant is left out: the caller
-// is that tenant.
-type deliveryStatus struct {
-	ID             string          `json:"id"`
-	NotificationID string          `json:"notification_id"`
-	Channel        string          `json:"channel"`
-	Recipient      string          `json:"recipient"`
-	State          domain.State    `json:"state"`
-	Priority       domain.Priority `json:"priority"`
-	// Attempts is the number of the latest attempt queued or started, over every cycle, so it
-	// matches the attempt numbers in the audit trail.
-	Attempts       int        `json:"attempts"`
-	MaxAttempts    int        `json:"max_attempts"`
-	AcceptedAt     time.Time  `json:"accepted_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	Version        int        `json:"version"`
-	NextAttemptAt  *time.Time `json:"next_attempt_at,omitempty"`
-	LastError      *lastError `json:"last_error,omitempty"`
-	IdempotencyKey string     `json:"idempotency_key"`
-	// AsOf echoes the as_of parameter: the status is the one the delivery had then.
-	AsOf *time.Time `json:"as_of,omitempty"`
-}
-
-// lastError is why the latest closed attempt did not deliver.
-type lastError struct {
-	Class      domain.ErrorClass `json:"class"`
-	Message    string            `json:"message,omitempty"`
-	StatusCode int               `json:"status_code,omitempty"`
-}
 
 // eventView is one entry of GET /v1/deliveries/{id}/events.
 type eventView struct {
@@ -55,8 +26,9 @@ type eventView struct {
 	Data       json.RawMessage `json:"data"`
 }
 
-// deliveryStatus is GET /v1/deliveries/{id}: the delivery folded from its events. It reads the
-// stream, not a projection, so the answer is never behind the last append.
+// deliveryStatus is GET /v1/deliveries/{id}: the delivery folded from its events, with the
+// status projection's fold. It reads the stream, not the view, so the answer is never behind
+// the last append.
 //
 // With ?as_of=RFC3339 it folds only the events recorded at or before that time, for audit: the
 // status the delivery had then. The cut is a prefix of the stream (the first event recorded
@@ -81,11 +53,10 @@ func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant s
 		}
 		events = events[:n]
 	}
-	d, err := domain.Rehydrate(events)
+	out, err := viewOf(events)
 	if err != nil {
-		return fmt.Errorf("delivery status: %w", err)
+		return err
 	}
-	out := statusOf(d)
 	if !asOf.IsZero() {
 		out.AsOf = &asOf
 	}
@@ -93,27 +64,26 @@ func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant s
 	return nil
 }
 
-// statusOf is the status document of a folded delivery.
-func statusOf(d *domain.Delivery) deliveryStatus {
-	out := deliveryStatus{
-		ID:             d.ID(),
-		NotificationID: d.NotificationID(),
-		Channel:        d.Channel(),
-		Recipient:      d.Recipient(),
-		State:          d.State(),
-		Priority:       d.Priority(),
-		Attempts:       d.Attempt(),
-		MaxAttempts:    d.MaxAttempts(),
-		AcceptedAt:     d.AcceptedAt(),
-		UpdatedAt:      d.UpdatedAt(),
-		Version:        d.Version(),
-		NextAttemptAt:  d.NextAttemptAt(),
-		IdempotencyKey: d.RequestKey(),
+// viewOf folds a delivery's stream (or a prefix of it) into its one shape.
+func viewOf(events []domain.Event) (deliveryView, error) {
+	row, err := projections.FoldStatus(events)
+	if err != nil {
+		return deliveryView{}, fmt.Errorf("delivery status: %w", err)
 	}
-	if res := d.LastResult(); res != nil && (res.Class != "" || res.Error != "") {
-		out.LastError = &lastError{Class: res.Class, Message: res.Error, StatusCode: res.StatusCode}
+	return newDeliveryView(row), nil
+}
+
+// deliveryAfter is the answer of an operator's decision: the tenant's delivery as the decision
+// left it, folded from its stream up to d's version (a worker may have moved it on since).
+func (s *server) deliveryAfter(ctx context.Context, tenant string, d *domain.Delivery) (deliveryView, error) {
+	events, err := s.loadStream(ctx, tenant, d.ID())
+	if err != nil {
+		return deliveryView{}, err
 	}
-	return out
+	if len(events) < d.Version() {
+		return deliveryView{}, fmt.Errorf("delivery %s: stream has %d events after a decision at version %d", d.ID(), len(events), d.Version())
+	}
+	return viewOf(events[:d.Version()])
 }
 
 // deliveryEvents is GET /v1/deliveries/{id}/events: the audit trail, as stored.

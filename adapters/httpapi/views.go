@@ -29,38 +29,53 @@ func newViewInfo(v projections.ViewPosition) viewInfo {
 		LagEvents: v.LagEvents, LagSeconds: v.LagSeconds}
 }
 
-// deliveryItem is one delivery of GET /v1/deliveries.
-type deliveryItem struct {
-	ID                  string          `json:"id"`
-	NotificationID      string          `json:"notification_id"`
-	Channel             string          `json:"channel"`
-	Recipient           string          `json:"recipient"`
-	State               domain.State    `json:"state"`
-	Priority            domain.Priority `json:"priority"`
-	Attempts            int             `json:"attempts"`
-	MaxAttempts         int             `json:"max_attempts"`
-	Provider            string          `json:"provider,omitempty"`
-	ProviderOperationID string          `json:"provider_operation_id,omitempty"`
-	LastError           *lastError      `json:"last_error,omitempty"`
-	NextAttemptAt       *time.Time      `json:"next_attempt_at,omitempty"`
-	IdempotencyKey      string          `json:"idempotency_key"`
-	AcceptedAt          time.Time       `json:"accepted_at"`
-	UpdatedAt           time.Time       `json:"updated_at"`
-	FirstAttemptAt      *time.Time      `json:"first_attempt_at,omitempty"`
-	TerminalAt          *time.Time      `json:"terminal_at,omitempty"`
-	Version             int             `json:"version"`
+// deliveryView is the one JSON shape of a delivery: GET /v1/deliveries/{id}, every item of
+// GET /v1/deliveries, and the answers of replay and reconcile. It is rendered from a status row
+// (projections.StatusRow), whether the row comes from the status view or is folded from the
+// delivery's own stream, so every answer has every field. The tenant is left out: the caller is
+// that tenant.
+type deliveryView struct {
+	ID             string          `json:"id"`
+	NotificationID string          `json:"notification_id"`
+	Channel        string          `json:"channel"`
+	Recipient      string          `json:"recipient"`
+	State          domain.State    `json:"state"`
+	Priority       domain.Priority `json:"priority"`
+	// Attempts is the number of the latest attempt queued or started, over every cycle, so it
+	// matches the attempt numbers in the audit trail.
+	Attempts            int        `json:"attempts"`
+	MaxAttempts         int        `json:"max_attempts"`
+	Provider            string     `json:"provider,omitempty"`
+	ProviderOperationID string     `json:"provider_operation_id,omitempty"`
+	LastError           *lastError `json:"last_error,omitempty"`
+	NextAttemptAt       *time.Time `json:"next_attempt_at,omitempty"`
+	IdempotencyKey      string     `json:"idempotency_key"`
+	AcceptedAt          time.Time  `json:"accepted_at"`
+	UpdatedAt           time.Time  `json:"updated_at"`
+	FirstAttemptAt      *time.Time `json:"first_attempt_at,omitempty"`
+	TerminalAt          *time.Time `json:"terminal_at,omitempty"`
+	Version             int        `json:"version"`
+	// AsOf echoes the as_of parameter of GET /v1/deliveries/{id}: the delivery as it was then.
+	AsOf *time.Time `json:"as_of,omitempty"`
 }
 
-func newDeliveryItem(r projections.StatusRow) deliveryItem {
-	item := deliveryItem{ID: r.ID, NotificationID: r.NotificationID, Channel: r.Channel, Recipient: r.Recipient,
+// lastError is why the latest closed attempt did not deliver.
+type lastError struct {
+	Class      domain.ErrorClass `json:"class"`
+	Message    string            `json:"message,omitempty"`
+	StatusCode int               `json:"status_code,omitempty"`
+}
+
+func newDeliveryView(r projections.StatusRow) deliveryView {
+	v := deliveryView{ID: r.ID, NotificationID: r.NotificationID, Channel: r.Channel, Recipient: r.Recipient,
 		State: r.State, Priority: r.Priority, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, Provider: r.Provider,
 		ProviderOperationID: r.ProviderOperationID, NextAttemptAt: r.NextAttemptAt, IdempotencyKey: r.RequestKey,
 		AcceptedAt: r.AcceptedAt, UpdatedAt: r.UpdatedAt, FirstAttemptAt: r.FirstAttemptAt, TerminalAt: r.TerminalAt,
 		Version: r.Version}
 	if r.LastErrorClass != "" || r.LastError != "" {
-		item.LastError = &lastError{Class: r.LastErrorClass, Message: r.LastError, StatusCode: r.LastStatusCode}
+		v.LastError = &lastError{Class: r.LastErrorClass, Message: r.LastError, StatusCode: r.LastStatusCode}
 	}
-	return item
+	return v
 }
 
 // dlqItem is one entry of GET /v1/dlq.
@@ -122,7 +137,7 @@ func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, r, http.StatusOK, newList(page, newDeliveryItem))
+	s.writeJSON(w, r, http.StatusOK, newList(page, newDeliveryView))
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -365,5 +366,32 @@ func TestDeliveryStatusAsOf(t *testing.T) {
 	b.get(t, "/v1/deliveries/"+id, keyAcme).expect(t, http.StatusOK, &now)
 	if now.State != "dead" {
 		t.Fatalf("without as_of: %s", now.State)
+	}
+}
+
+// TestOneDeliveryOneShape: the single GET and a list item of the same delivery are the same
+// document, every field included (provider, first attempt, terminal time...).
+func TestOneDeliveryOneShape(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.story(t, "acme", "webhook", "https://example.com/shape", time.Now().Add(-time.Hour), domain.OutcomePermanent)
+	b.project(t)
+
+	var single map[string]any
+	b.get(t, "/v1/deliveries/"+id, keyAcme).expect(t, http.StatusOK, &single)
+	var l struct {
+		Items []map[string]any `json:"items"`
+	}
+	b.get(t, "/v1/deliveries?state=dead", keyAcme).expect(t, http.StatusOK, &l)
+	if len(l.Items) != 1 {
+		t.Fatalf("list has %d items, want the one dead delivery", len(l.Items))
+	}
+	for _, key := range []string{"provider", "first_attempt_at", "terminal_at", "last_error"} {
+		if _, ok := single[key]; !ok {
+			t.Errorf("the single GET lacks %q: %v", key, single)
+		}
+	}
+	if !reflect.DeepEqual(single, l.Items[0]) {
+		t.Fatalf("two shapes of one delivery:\nsingle %v\nlist   %v", single, l.Items[0])
 	}
 }
