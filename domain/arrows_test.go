@@ -1,0 +1,66 @@
+package domain
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// module is the ledger's module path.
+const module = "github.com/deliveryledger/ledger/"
+
+// TestArrowsRunOneWay keeps the layout of docs/design.md ("Packages and what each may import"):
+// adapters → projections → domain and adapters → commands → domain. Nothing under projections/
+// or commands/ imports adapters/ or cmd/, neither imports the other, and domain imports nothing
+// of the module. The product code is held to it, and so are tests inside those packages; a
+// package's external tests (package x_test) may wire adapters, since they test the package
+// against the real database and broker. It lives here, at the root of the arrows, because it
+// needs nothing but the standard library.
+func TestArrowsRunOneWay(t *testing.T) {
+	t.Parallel()
+	forbidden := map[string][]string{
+		"domain":      {""}, // any package of the module
+		"commands":    {"adapters/", "cmd/", "projections"},
+		"projections": {"adapters/", "cmd/", "commands"},
+	}
+	checked := 0
+	for dir, banned := range forbidden {
+		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			if strings.HasSuffix(f.Name.Name, "_test") {
+				return nil // an external test package may wire adapters
+			}
+			checked++
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				rel, ok := strings.CutPrefix(p, module)
+				if !ok {
+					continue
+				}
+				for _, b := range banned {
+					if strings.HasPrefix(rel, b) {
+						t.Errorf("%s imports %s: the arrows run adapters → commands/projections → domain", path, p)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("walk %s: %v", dir, err)
+		}
+	}
+	// A check that read nothing would pass for any tree.
+	if checked < 20 {
+		t.Fatalf("checked %d files, want the packages' files", checked)
+	}
+}
