@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi"
-	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 )
 
@@ -214,4 +214,3 @@ func TestParseAPIKeys(t *testing.T) {
 		t.Fatalf("duplicate key error %v: want an error that does not reveal the key", err)
 	}
 }
-
