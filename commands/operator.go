@@ -11,11 +11,30 @@ import (
 // outcome (reconcile.go). Both are appended like any transition, under keys of their own, with
 // the work message or dead letter they call for in the same transaction.
 
+// TenantLoader loads a stream only if it belongs to the tenant, so that another tenant's id is
+// answered like an unknown one after the same work. postgres.EventStore implements it.
+type TenantLoader interface {
+	LoadOf(ctx context.Context, tenant, deliveryID string) ([]domain.Event, error)
+}
+
+// tenantStore is an EventStore whose loads are the tenant's (LoadOf) where the store can.
+type tenantStore struct {
+	EventStore
+	tenant string
+}
+
+func (s tenantStore) Load(ctx context.Context, id string) ([]domain.Event, error) {
+	if l, ok := s.EventStore.(TenantLoader); ok {
+		return l.LoadOf(ctx, s.tenant, id)
+	}
+	return s.EventStore.Load(ctx, id)
+}
+
 // decideFor runs decide for an operator acting for tenant: a delivery of another tenant is not
 // found, exactly like one that does not exist.
 func decideFor(ctx context.Context, store EventStore, tenant, id string,
 	step func(*domain.Delivery) (decision, error)) (*domain.Delivery, error) {
-	d, err := decide(ctx, store, id, nil, "record decision on "+id, func(d *domain.Delivery) (decision, error) {
+	d, err := decide(ctx, tenantStore{store, tenant}, id, nil, "record decision on "+id, func(d *domain.Delivery) (decision, error) {
 		if d.Tenant() != tenant {
 			return decision{}, ErrNotFound
 		}

@@ -59,6 +59,9 @@ func (c Cursor) String() string {
 // ErrBadCursor is returned by ParseCursor for a token it did not make.
 var ErrBadCursor = errors.New("not a cursor this API returned")
 
+// maxCursorMicros is the year 10000 in Unix microseconds.
+const maxCursorMicros = 253402300800 * 1_000_000
+
 // ParseCursor decodes a token made by Cursor.String.
 func ParseCursor(s string) (Cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
@@ -66,13 +69,17 @@ func ParseCursor(s string) (Cursor, error) {
 		return Cursor{}, ErrBadCursor
 	}
 	var w cursorWire
-	if err := json.Unmarshal(b, &w); err != nil || w.At == 0 {
+	// A time outside [1970, 10000) was not made here, and PostgreSQL's timestamps would refuse
+	// the extremes of an int64.
+	if err := json.Unmarshal(b, &w); err != nil || w.At <= 0 || w.At >= maxCursorMicros {
 		return Cursor{}, ErrBadCursor
 	}
-	if _, err := uuid.Parse(w.ID); err != nil {
+	// The id travels in its canonical form: uuid.Parse takes spellings PostgreSQL refuses.
+	id, err := uuid.Parse(w.ID)
+	if err != nil {
 		return Cursor{}, ErrBadCursor
 	}
-	return Cursor{AcceptedAt: time.UnixMicro(w.At).UTC(), ID: w.ID}, nil
+	return Cursor{AcceptedAt: time.UnixMicro(w.At).UTC(), ID: id.String()}, nil
 }
 
 // Page is one page of a list, with the position of the view it was read from.
@@ -80,13 +87,13 @@ type Page[T any] struct {
 	Items []T
 	// Next continues the list; nil on the last page.
 	Next *Cursor
-	View ViewPosition
+	View TenantView
 }
 
 // Stats are a tenant's counters.
 type Stats struct {
 	Counts []CountRow
-	View   ViewPosition
+	View   TenantView
 }
 
 // Reader answers the read API from the views. Each answer is read in one snapshot together with
@@ -98,20 +105,46 @@ type Reader struct {
 // NewReader returns a reader over pool.
 func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
 
-// readView runs read in a read-only snapshot of a view and returns the view's position.
+// TenantView says how far a view is behind one tenant's own history, and nothing about any
+// other tenant's: not the log's global position, not the events others append.
+type TenantView struct {
+	// Name is the projection's name.
+	Name string
+	// Version is the projection code version that built the view.
+	Version int
+	// Pending is the number of the tenant's committed events the view has not applied yet,
+	// counted up to MaxPending (a larger number is reported as MaxPending).
+	Pending int64
+}
+
+// MaxPending bounds the count of a tenant's events a view has not applied: counting them reads
+// the log past the view's checkpoint, which is short unless the projector has stopped.
+const MaxPending = 1000
+
+// tenantPendingGet reads a view's version and how many of a tenant's events lie past its
+// checkpoint.
+const tenantPendingGet = `SELECT c.version, (SELECT count(*) FROM (SELECT 1 FROM events e
+	WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position) AND e.tenant = $2 LIMIT $3) p)
+FROM projection_checkpoints c WHERE c.name = $1`
+
+// readView runs read in a read-only snapshot of a view and returns how far the view is behind
+// the tenant's history.
 //
 // The table is locked (ACCESS SHARE, which only a rebuild's switch conflicts with) before the
 // snapshot is taken: a reader that queues behind a switch then sees the new table with a
 // snapshot in which its rows and its checkpoint are both committed. A snapshot taken before the
 // switch could otherwise see the new table with rows of the old checkpoint.
-func (r *Reader) readView(ctx context.Context, p Projection, read func(pgx.Tx) error) (ViewPosition, error) {
-	var v ViewPosition
+func (r *Reader) readView(ctx context.Context, p Projection, tenant string, read func(pgx.Tx) error) (TenantView, error) {
+	v := TenantView{Name: p.Name()}
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+ident(p.Table())+` IN ACCESS SHARE MODE`); err != nil {
 			return err
 		}
-		var err error
-		if v, err = viewPosition(ctx, tx, p.Name()); err != nil {
+		err := tx.QueryRow(ctx, tenantPendingGet, p.Name(), tenant, MaxPending).Scan(&v.Version, &v.Pending)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("projection %s: %w", p.Name(), errNoCheckpoint)
+		}
+		if err != nil {
 			return err
 		}
 		return read(tx)
@@ -177,7 +210,7 @@ func page[T any](items []T, f Filter, cursorOf func(T) Cursor) ([]T, *Cursor) {
 func (r *Reader) Deliveries(ctx context.Context, tenant string, f Filter) (Page[StatusRow], error) {
 	var out Page[StatusRow]
 	p := StatusProjection{}
-	view, err := r.readView(ctx, p, func(tx pgx.Tx) error {
+	view, err := r.readView(ctx, p, tenant, func(tx pgx.Tx) error {
 		query, args := listQuery(statusColumns, p.Table(), tenant, f)
 		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
@@ -198,7 +231,7 @@ func (r *Reader) Deliveries(ctx context.Context, tenant string, f Filter) (Page[
 func (r *Reader) DeadLetters(ctx context.Context, tenant string, f Filter) (Page[DLQRow], error) {
 	var out Page[DLQRow]
 	p := DLQProjection{}
-	view, err := r.readView(ctx, p, func(tx pgx.Tx) error {
+	view, err := r.readView(ctx, p, tenant, func(tx pgx.Tx) error {
 		query, args := listQuery(dlqColumns, p.Table(), tenant, f)
 		rows, err := tx.Query(ctx, query, args...)
 		if err != nil {
@@ -222,7 +255,7 @@ WHERE tenant = $1 ORDER BY channel, state`
 // Stats returns a tenant's counters.
 func (r *Reader) Stats(ctx context.Context, tenant string) (Stats, error) {
 	var out Stats
-	view, err := r.readView(ctx, CountersProjection{}, func(tx pgx.Tx) error {
+	view, err := r.readView(ctx, CountersProjection{}, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, countersGetByTenant, tenant)
 		if err != nil {
 			return err

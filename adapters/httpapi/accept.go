@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -162,8 +161,9 @@ func (s *server) readAccept(w http.ResponseWriter, r *http.Request) (key string,
 		return "", nil, invalid(headerIdempotencyKey, "the %s header is required on accept requests, so a retry cannot accept twice", headerIdempotencyKey)
 	case len(key) > maxIdempotencyKeyLen:
 		return "", nil, invalid(headerIdempotencyKey, "at most %d characters, got %d", maxIdempotencyKeyLen, len(key))
-	case !utf8.ValidString(key):
-		return "", nil, invalid(headerIdempotencyKey, "must be valid UTF-8")
+	}
+	if err := storableText(key); err != nil {
+		return "", nil, invalid(headerIdempotencyKey, "%v", err)
 	}
 	body, err = s.readBody(w, r)
 	if err != nil {
@@ -299,50 +299,7 @@ func decodeJSON(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return invalid("", "the body must hold one JSON object and nothing after it")
 	}
-	return nil
-}
-
-// storableJSON refuses valid JSON that PostgreSQL's jsonb cannot store, so such a payload is a
-// 400 naming it rather than a 500 at commit: invalid UTF-8, the escape \u0000, and UTF-16
-// surrogate escapes that do not form a pair.
-func storableJSON(p []byte) error {
-	if !utf8.Valid(p) {
-		return errors.New("must be valid UTF-8")
-	}
-	inString := false
-	for i := 0; i < len(p); i++ {
-		switch c := p[i]; {
-		case c == '"':
-			inString = !inString
-		case c == '\\' && inString && i+1 < len(p):
-			if p[i+1] != 'u' || i+5 >= len(p) {
-				i++ // an escaped character: skip it, it cannot end the string
-				continue
-			}
-			r, err := strconv.ParseUint(string(p[i+2:i+6]), 16, 32)
-			if err != nil {
-				return errors.New("has a malformed \\u escape")
-			}
-			switch {
-			case r == 0:
-				return errors.New("must not contain the character \\u0000")
-			case r >= 0xDC00 && r <= 0xDFFF:
-				return errors.New("has a low surrogate escape without a high one before it")
-			case r >= 0xD800 && r <= 0xDBFF:
-				next := p[i+6:]
-				if len(next) < 6 || next[0] != '\\' || next[1] != 'u' {
-					return errors.New("has a high surrogate escape without a low one after it")
-				}
-				low, err := strconv.ParseUint(string(next[2:6]), 16, 32)
-				if err != nil || low < 0xDC00 || low > 0xDFFF {
-					return errors.New("has a high surrogate escape without a low one after it")
-				}
-				i += 6
-			}
-			i += 5
-		}
-	}
-	return nil
+	return checkStrings(v)
 }
 
 // jsonProblem turns a decoding error into a 400 that names the member when it can.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
 
@@ -76,8 +77,8 @@ func (c Config) withDefaults() Config {
 type Deps struct {
 	// Accept records accept requests; required.
 	Accept *commands.AcceptHandler
-	// Events reads delivery streams for the status and audit endpoints; required.
-	Events commands.EventStore
+	// Events reads a tenant's delivery streams for the status and audit endpoints; required.
+	Events EventReader
 	// Requests looks up the stored answer of an accept request by Idempotency-Key, for
 	// GET /v1/requests/{key}. Optional: when nil, that route does not exist.
 	Requests RequestLookup
@@ -92,6 +93,13 @@ type Deps struct {
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error
+}
+
+// EventReader reads a tenant's delivery stream. postgres.EventStore implements it.
+type EventReader interface {
+	// LoadOf returns the stream in version order, or commands.ErrNotFound for an id that is
+	// unknown or another tenant's (indistinguishable, after the same work).
+	LoadOf(ctx context.Context, tenant, deliveryID string) ([]domain.Event, error)
 }
 
 // Views is the read side the list endpoints need: pages of the projections' views, each with the

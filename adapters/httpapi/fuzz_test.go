@@ -452,12 +452,8 @@ func (s *fuzzAcceptStore) RecordAccept(_ context.Context, rec commands.AcceptRec
 // a stream.
 type fuzzNoEvents struct{}
 
-var _ commands.EventStore = fuzzNoEvents{}
+var _ httpapi.EventReader = fuzzNoEvents{}
 
-func (fuzzNoEvents) Load(context.Context, string) ([]domain.Event, error) {
+func (fuzzNoEvents) LoadOf(context.Context, string, string) ([]domain.Event, error) {
 	return nil, commands.ErrNotFound
-}
-
-func (fuzzNoEvents) Append(context.Context, []domain.Event, []commands.OutboxMessage) error {
-	return errors.New("fuzz store: the accept endpoints do not append")
 }

@@ -78,9 +78,10 @@ func (s *server) readReason(w http.ResponseWriter, r *http.Request) (string, err
 }
 
 func checkText(field, v string, maxLen int) error {
+	if err := storableText(v); err != nil {
+		return invalid(field, "%v", err)
+	}
 	switch {
-	case !utf8.ValidString(v):
-		return invalid(field, "must be valid UTF-8")
 	case utf8.RuneCountInString(v) > maxLen:
 		return invalid(field, "at most %d characters", maxLen)
 	}
@@ -94,7 +95,11 @@ func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant s
 		return err
 	}
 	// The store answers an id that is not a UUID as not found, like any unknown id.
-	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: r.PathValue("id"), Reason: reason})
+	id, ok := pathID(r.PathValue("id"))
+	if !ok {
+		return commands.ErrNotFound
+	}
+	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -186,7 +191,11 @@ func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenan
 	if req.Actor == "" {
 		req.Actor = "api"
 	}
-	d, err := s.deps.Reconcile.Handle(r.Context(), commands.Reconcile{Tenant: tenant, DeliveryID: r.PathValue("id"),
+	id, ok := pathID(r.PathValue("id"))
+	if !ok {
+		return commands.ErrNotFound
+	}
+	d, err := s.deps.Reconcile.Handle(r.Context(), commands.Reconcile{Tenant: tenant, DeliveryID: id,
 		Outcome:  domain.Outcome{Kind: kind, StatusCode: req.StatusCode, ProviderOperationID: req.ProviderOperationID},
 		Evidence: req.Evidence, Actor: req.Actor})
 	if err != nil {

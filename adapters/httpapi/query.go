@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
@@ -110,15 +108,16 @@ func (s *server) deliveryEvents(w http.ResponseWriter, r *http.Request, tenant s
 // loadStream returns the tenant's delivery stream. Another tenant's delivery is "not found",
 // exactly like an id that was never used: the answer must not reveal that it exists.
 func (s *server) loadStream(ctx context.Context, tenant, id string) ([]domain.Event, error) {
-	if _, err := uuid.Parse(id); err != nil {
+	id, ok := pathID(id)
+	if !ok {
 		return nil, commands.ErrNotFound
 	}
-	events, err := s.deps.Events.Load(ctx, id)
+	events, err := s.deps.Events.LoadOf(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
 	if len(events) == 0 || events[0].Tenant != tenant {
-		return nil, commands.ErrNotFound
+		return nil, commands.ErrNotFound // a store that does not scope: refuse all the same
 	}
 	return events, nil
 }
@@ -126,7 +125,12 @@ func (s *server) loadStream(ctx context.Context, tenant, id string) ([]domain.Ev
 // requestAnswer is GET /v1/requests/{key}: the answer the tenant's accept request under this
 // Idempotency-Key got, for a client that lost it and no longer has the body to replay.
 func (s *server) requestAnswer(w http.ResponseWriter, r *http.Request, tenant string) error {
-	stored, err := s.deps.Requests.RequestLookup(r.Context(), tenant, r.PathValue("key"))
+	key := r.PathValue("key")
+	if storableText(key) != nil {
+		// A key the database cannot hold was never used.
+		return &requestError{kind: errRouteNotFound, detail: "no accept request under this Idempotency-Key"}
+	}
+	stored, err := s.deps.Requests.RequestLookup(r.Context(), tenant, key)
 	if errors.Is(err, commands.ErrNotFound) {
 		return &requestError{kind: errRouteNotFound, detail: "no accept request under this Idempotency-Key"}
 	}

@@ -76,6 +76,14 @@ type server struct {
 	keys     map[[sha256.Size]byte]string
 	channels string // the known channel names, for error details
 	mux      *http.ServeMux
+	// routes lists every route with the query parameters it takes (the tests walk them).
+	routes []route
+}
+
+// route is one pattern of the mux and the query parameters it takes; any other is refused.
+type route struct {
+	pattern string
+	params  []string
 }
 
 // New builds the API handler. It logs every request at debug level and turns a panic in a
@@ -105,29 +113,30 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	sort.Strings(names)
 	s.channels = strings.Join(names, ", ")
 
-	s.mux.HandleFunc("POST /v1/deliveries", s.tenantOnly(s.acceptDelivery))
-	s.mux.HandleFunc("POST /v1/notifications", s.tenantOnly(s.acceptNotification))
-	s.mux.HandleFunc("GET /v1/deliveries/{id}", s.tenantOnly(s.deliveryStatus))
-	s.mux.HandleFunc("GET /v1/deliveries/{id}/events", s.tenantOnly(s.deliveryEvents))
+	filters := []string{"state", "channel", "recipient", "since", "until", "limit", "cursor"}
+	s.tenantRoute("POST /v1/deliveries", s.acceptDelivery)
+	s.tenantRoute("POST /v1/notifications", s.acceptNotification)
+	s.tenantRoute("GET /v1/deliveries/{id}", s.deliveryStatus, "as_of")
+	s.tenantRoute("GET /v1/deliveries/{id}/events", s.deliveryEvents)
 	if deps.Requests != nil {
-		s.mux.HandleFunc("GET /v1/requests/{key}", s.tenantOnly(s.requestAnswer))
+		s.tenantRoute("GET /v1/requests/{key}", s.requestAnswer)
 	}
 	if deps.Views != nil {
-		s.mux.HandleFunc("GET /v1/deliveries", s.tenantOnly(s.listDeliveries))
-		s.mux.HandleFunc("GET /v1/dlq", s.tenantOnly(s.listDLQ))
-		s.mux.HandleFunc("GET /v1/stats", s.tenantOnly(s.stats))
+		s.tenantRoute("GET /v1/deliveries", s.listDeliveries, filters...)
+		s.tenantRoute("GET /v1/dlq", s.listDLQ, filters...)
+		s.tenantRoute("GET /v1/stats", s.stats)
 	}
 	if deps.Replay != nil {
-		s.mux.HandleFunc("POST /v1/deliveries/{id}/replay", s.tenantOnly(s.replayDelivery))
+		s.tenantRoute("POST /v1/deliveries/{id}/replay", s.replayDelivery)
 		if deps.Views != nil {
-			s.mux.HandleFunc("POST /v1/dlq/replay", s.tenantOnly(s.replayDLQ))
+			s.tenantRoute("POST /v1/dlq/replay", s.replayDLQ, filters...)
 		}
 	}
 	if deps.Reconcile != nil {
-		s.mux.HandleFunc("POST /v1/deliveries/{id}/reconcile", s.tenantOnly(s.reconcileDelivery))
+		s.tenantRoute("POST /v1/deliveries/{id}/reconcile", s.reconcileDelivery)
 	}
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.publicRoute("GET /healthz", s.healthz)
+	s.publicRoute("GET /readyz", s.readyz)
 	return s, nil
 }
 
@@ -182,21 +191,42 @@ func (s *server) route(w http.ResponseWriter, r *http.Request) {
 // instead of writing one, so the status of every failure is chosen in problemFor.
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string) error
 
-// tenantOnly authenticates the bearer key before h runs.
-func (s *server) tenantOnly(h tenantHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+// tenantRoute registers a /v1 handler: the bearer key is authenticated, then the query is
+// checked against params (see checkQuery), before h runs.
+func (s *server) tenantRoute(pattern string, h tenantHandler, params ...string) {
+	s.routes = append(s.routes, route{pattern: pattern, params: params})
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		tenant, err := s.authenticate(r)
+		if err == nil {
+			err = checkQuery(r.URL.Query(), params...)
+		}
 		if err == nil {
 			err = h(w, r, tenant)
 		}
 		if err != nil {
 			s.writeProblem(w, r, err)
 		}
-	}
+	})
+}
+
+// publicRoute registers a handler that needs no key; its query is checked like any other.
+func (s *server) publicRoute(pattern string, h http.HandlerFunc, params ...string) {
+	s.routes = append(s.routes, route{pattern: pattern, params: params})
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := checkQuery(r.URL.Query(), params...); err != nil {
+			s.writeProblem(w, r, err)
+			return
+		}
+		h(w, r)
+	})
 }
 
 // authenticate returns the tenant of the request's bearer key.
 func (s *server) authenticate(r *http.Request) (string, error) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		// Two keys: which one a proxy or a framework would honour is anyone's guess.
+		return "", invalid("Authorization", "send the header once")
+	}
 	scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
 		return "", &requestError{kind: errUnauthenticated, field: "Authorization",

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,20 +14,18 @@ import (
 	"github.com/deliveryledger/ledger/projections"
 )
 
-// viewInfo tells a caller how far behind the log the answer's view is.
+// viewInfo tells a caller how far the answer's view is behind the caller's own history. It
+// says nothing of other tenants: not the log's position, not how much others append.
 type viewInfo struct {
-	Name string `json:"name"`
-	// Position is the log position ("transaction id:position") of the last event in the view.
-	Position   string    `json:"position"`
-	Version    int       `json:"version"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	LagEvents  int64     `json:"lag_events"`
-	LagSeconds float64   `json:"lag_seconds"`
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	// PendingEvents counts the tenant's recorded events the view does not reflect yet (up to
+	// projections.MaxPending): 0 means the answer is complete.
+	PendingEvents int64 `json:"pending_events"`
 }
 
-func newViewInfo(v projections.ViewPosition) viewInfo {
-	return viewInfo{Name: v.Name, Position: v.Position.String(), Version: v.Version, UpdatedAt: v.UpdatedAt,
-		LagEvents: v.LagEvents, LagSeconds: v.LagSeconds}
+func newViewInfo(v projections.TenantView) viewInfo {
+	return viewInfo{Name: v.Name, Version: v.Version, PendingEvents: v.Pending}
 }
 
 // deliveryView is the one JSON shape of a delivery: GET /v1/deliveries/{id}, every item of
@@ -183,9 +182,6 @@ func zeroStates() map[domain.State]int64 {
 
 // stats is GET /v1/stats: the tenant's counters, per state and per channel.
 func (s *server) stats(w http.ResponseWriter, r *http.Request, tenant string) error {
-	if err := onlyParams(r.URL.Query()); err != nil {
-		return err
-	}
 	st, err := s.deps.Views.Stats(r.Context(), tenant)
 	if err != nil {
 		return err
@@ -212,20 +208,20 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request, tenant string) er
 	return nil
 }
 
-// onlyParams refuses query parameters other than the known ones: a misspelt filter would
-// otherwise silently widen the answer.
-func onlyParams(q url.Values, known ...string) error {
+// checkQuery refuses query parameters other than the known ones (a misspelt filter would
+// otherwise silently widen the answer, an unknown flag such as dry_run silently do the real
+// thing), a parameter given twice, and a value the database could not take.
+func checkQuery(q url.Values, known ...string) error {
 	names := make([]string, 0, len(q))
 	for name := range q {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		ok := false
-		for _, k := range known {
-			ok = ok || k == name
+		if err := storableText(name); err != nil {
+			return invalid("", "a query parameter name %v", err)
 		}
-		if !ok {
+		if !slices.Contains(known, name) {
 			if len(known) == 0 {
 				return invalid(name, "this endpoint takes no query parameters")
 			}
@@ -234,6 +230,9 @@ func onlyParams(q url.Values, known ...string) error {
 		if len(q[name]) > 1 {
 			return invalid(name, "given %d times; give it once", len(q[name]))
 		}
+		if err := storableText(q.Get(name)); err != nil {
+			return invalid(name, "%v", err)
+		}
 	}
 	return nil
 }
@@ -241,9 +240,6 @@ func onlyParams(q url.Values, known ...string) error {
 // parseFilter reads the list filters. Every refusal names the parameter at fault.
 func (s *server) parseFilter(q url.Values, states []domain.State) (projections.Filter, error) {
 	var f projections.Filter
-	if err := onlyParams(q, "state", "channel", "recipient", "since", "until", "limit", "cursor"); err != nil {
-		return f, err
-	}
 	if v := q.Get("state"); v != "" {
 		f.State = domain.State(v)
 		known := false
@@ -297,9 +293,6 @@ func (s *server) parseFilter(q url.Values, states []domain.State) (projections.F
 
 // parseAsOf reads the as_of parameter of GET /v1/deliveries/{id}; zero when absent.
 func parseAsOf(q url.Values) (time.Time, error) {
-	if err := onlyParams(q, "as_of"); err != nil {
-		return time.Time{}, err
-	}
 	v := q.Get("as_of")
 	if v == "" {
 		return time.Time{}, nil

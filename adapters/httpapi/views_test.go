@@ -37,10 +37,9 @@ type listAnswer struct {
 	} `json:"items"`
 	NextCursor *string `json:"next_cursor"`
 	View       struct {
-		Name       string  `json:"name"`
-		Position   string  `json:"position"`
-		LagEvents  int64   `json:"lag_events"`
-		LagSeconds float64 `json:"lag_seconds"`
+		Name          string `json:"name"`
+		Version       int    `json:"version"`
+		PendingEvents int64  `json:"pending_events"`
 	} `json:"view"`
 }
 
@@ -142,7 +141,7 @@ func TestListDeliveriesPagesStablyUnderInserts(t *testing.T) {
 		r := b.get(t, path, keyAcme)
 		var l listAnswer
 		r.expect(t, http.StatusOK, &l)
-		if l.View.Name != "status" || l.View.LagEvents != 0 || l.View.Position == "" {
+		if l.View.Name != "status" || l.View.PendingEvents != 0 || l.View.Version == 0 {
 			t.Fatalf("page %d view %+v", pages, l.View)
 		}
 		for _, it := range l.Items {
@@ -324,17 +323,42 @@ func TestListsSayHowFarBehindTheViewIs(t *testing.T) {
 	b := setup(t)
 	b.accept(t, "lag-1", "https://example.com/lag")
 	b.project(t)
-	first := b.list(t, "/v1/deliveries", keyAcme)
 	b.accept(t, "lag-2", "https://example.com/lag")
 
 	behind := b.list(t, "/v1/deliveries", keyAcme)
-	if len(behind.Items) != 1 || behind.View.LagEvents != 1 || behind.View.LagSeconds <= 0 || behind.View.Position != first.View.Position {
-		t.Fatalf("before projecting: %d items, view %+v; want 1 item and 1 event of lag at %s", len(behind.Items), behind.View, first.View.Position)
+	if len(behind.Items) != 1 || behind.View.PendingEvents != 1 {
+		t.Fatalf("before projecting: %d items, view %+v; want 1 item and 1 pending event", len(behind.Items), behind.View)
 	}
 	b.project(t)
 	caught := b.list(t, "/v1/deliveries", keyAcme)
-	if len(caught.Items) != 2 || caught.View.LagEvents != 0 || caught.View.LagSeconds != 0 || caught.View.Position == first.View.Position {
+	if len(caught.Items) != 2 || caught.View.PendingEvents != 0 {
 		t.Fatalf("after projecting: %d items, view %+v", len(caught.Items), caught.View)
+	}
+}
+
+// TestAnswersRevealNothingOfOtherTenants: another tenant's accepts, projected or not, change
+// nothing in acme's list and stats answers (no global log position, no global lag).
+func TestAnswersRevealNothingOfOtherTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.accept(t, "quiet-1", "https://example.com/quiet")
+	b.project(t)
+	paths := []string{"/v1/deliveries", "/v1/dlq", "/v1/stats"}
+	before := map[string]string{}
+	for _, p := range paths {
+		before[p] = string(b.get(t, p, keyAcme).body)
+	}
+	for i := range 3 {
+		b.do(t, req{method: http.MethodPost, path: "/v1/deliveries", apiKey: keyGlobex, idemKey: fmt.Sprintf("noisy-%d", i),
+			contentType: "application/json", body: deliveryBody("https://example.com/noisy")}).expect(t, http.StatusAccepted, nil)
+	}
+	for round := range 2 { // once with globex's events pending, once projected
+		for _, p := range paths {
+			if got := string(b.get(t, p, keyAcme).body); got != before[p] {
+				t.Fatalf("round %d: %s changed with another tenant's accepts:\nbefore %s\nafter  %s", round, p, before[p], got)
+			}
+		}
+		b.project(t)
 	}
 }
 

@@ -1,8 +1,6 @@
 package postgres_test
 
 import (
-	"github.com/deliveryledger/ledger/projections"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +16,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 type storeBundle struct {
@@ -671,5 +670,54 @@ func TestWritesReuseGenericPlansLookupsDoNot(t *testing.T) {
 	var mode string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil || mode != "force_custom_plan" {
 		t.Errorf("plan_cache_mode after the writes = %q (%v), want force_custom_plan: the writes' setting must end with their transaction", mode, err)
+	}
+}
+
+// TestLoadOfScopesToTheTenant: LoadOf answers another tenant's stream exactly like an unknown id.
+func TestLoadOfScopesToTheTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d, events := acceptedEvents(t)
+	if err := b.store.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.LoadOf(ctx, "acme", d.ID())
+	if err != nil || len(got) != 1 || got[0].Tenant != "acme" {
+		t.Fatalf("LoadOf(acme) = %v, %v; want its stream", got, err)
+	}
+	for _, tc := range []struct{ tenant, id string }{{"globex", d.ID()}, {"acme", uuid.NewString()}, {"acme", "urn:uuid:" + uuid.NewString()}, {"acme", "nope"}} {
+		if got, err := b.store.LoadOf(ctx, tc.tenant, tc.id); !errors.Is(err, commands.ErrNotFound) || got != nil {
+			t.Errorf("LoadOf(%s, %s) = %v, %v; want ErrNotFound and nothing", tc.tenant, tc.id, got, err)
+		}
+	}
+	// The URN spelling of the id, which PostgreSQL refuses, loads the stream in its canonical form.
+	if got, err := b.store.LoadOf(ctx, "acme", "urn:uuid:"+d.ID()); err != nil || len(got) != 1 {
+		t.Fatalf("LoadOf(urn form) = %v, %v", got, err)
+	}
+}
+
+// BenchmarkLoadOf times a tenant's load of another tenant's delivery against an unknown id
+// (go test -run '^$' -bench LoadOf ./adapters/postgres): the two answers must cost the same.
+func BenchmarkLoadOf(b *testing.B) {
+	s := pgtest.New(b)
+	store := postgres.NewEventStore(s.Pool)
+	ctx := context.Background()
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "globex", Channel: "webhook",
+		Recipient: "https://example.com/h", Payload: json.RawMessage(`{"a":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := store.Append(ctx, events, nil); err != nil {
+		b.Fatal(err)
+	}
+	for name, id := range map[string]string{"other-tenant": d.ID(), "unknown": uuid.NewString()} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := store.LoadOf(ctx, "acme", id); !errors.Is(err, commands.ErrNotFound) {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -1,8 +1,6 @@
 package postgres_test
 
 import (
-	"github.com/deliveryledger/ledger/projections"
-
 	"context"
 	"testing"
 	"time"
@@ -10,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // TestLogOrderComparesTransactionIDsAsNumbers: the readers order by the xid8 column, not by

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 
 	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/commands"
@@ -43,7 +44,10 @@ func Check(recipient string, _ json.RawMessage) error {
 }
 
 // ValidateURL checks a webhook recipient at acceptance: an absolute http or https URL with a
-// host. It does not resolve the host: whether the address is allowed is the SSRF guard's
+// host, a port from 1 to 65535 if it names one, and no user:password (the recipient is shown in
+// every status and list answer and kept in the history for ever, so credentials in it would be
+// echoed; a receiver that needs a secret takes it in the path or query, or verifies our
+// signature). It does not resolve the host: whether the address is allowed is the SSRF guard's
 // decision at send time, when DNS gives the address actually dialled.
 func ValidateURL(recipient string) error {
 	u, err := url.Parse(recipient)
@@ -58,6 +62,14 @@ func ValidateURL(recipient string) error {
 	}
 	if u.Hostname() == "" {
 		return errors.New("must be an absolute http or https URL with a host")
+	}
+	if u.User != nil {
+		return errors.New("must not carry a user name or password (they would be shown wherever the recipient is); put a secret in the path or query")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s is not from 1 to 65535", p)
+		}
 	}
 	return nil
 }

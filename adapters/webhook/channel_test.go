@@ -10,13 +10,16 @@ import (
 
 func TestValidateURL(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"https://example.com/hook", "http://example.com", "HTTPS://EXAMPLE.COM/x?y=1", "https://127.0.0.1:8443/h", "https://[::1]/h"} {
+	for _, ok := range []string{"https://example.com/hook", "http://example.com", "HTTPS://EXAMPLE.COM/x?y=1", "https://127.0.0.1:8443/h", "https://[::1]/h",
+		"https://example.com:1/h", "https://example.com:65535/h", "https://example.com:/h"} {
 		if err := ValidateURL(ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "/relative/path", "example.com/hook", "ftp://example.com/f", "mailto:a@example.com",
-		"https:///nohost", "https://:443/h", "http://exa mple.com/", "javascript:alert(1)"} {
+		"https:///nohost", "https://:443/h", "http://exa mple.com/", "javascript:alert(1)",
+		"https://example.com:0/h", "https://example.com:99999/h", "https://example.com:65536/h",
+		"https://user:secret@example.com/h", "https://user@example.com/h", "https://:secret@example.com/h"} {
 		if err := ValidateURL(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
