@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,6 +52,10 @@ type AcceptResult struct {
 type AcceptHandler struct {
 	// OnAccepted, when set, is told of every newly accepted delivery (metrics).
 	OnAccepted func(channel, priority string, n int)
+	// MaxFanOutBytes bounds what one request may write: its payload's size times its
+	// recipients, since every delivery's work message carries the payload. Zero means
+	// DefaultMaxFanOutBytes.
+	MaxFanOutBytes int
 
 	store    AcceptStore
 	topics   Topics
@@ -63,6 +68,14 @@ type AcceptHandler struct {
 func NewAcceptHandler(store AcceptStore, topics Topics, clock Clock, policies Policies) *AcceptHandler {
 	return &AcceptHandler{store: store, topics: topics, clock: clock, policies: policies}
 }
+
+// DefaultMaxFanOutBytes is the default bound of a payload's size times its recipients: 16 MiB,
+// a 16 KiB payload to the maximum of 1000 recipients, or a 1 MiB one to 16. It keeps one request
+// from writing a gigabyte (a 1 MiB body to 1000 recipients) through one transaction.
+const DefaultMaxFanOutBytes = 16 << 20
+
+// ErrFanOutTooLarge: the payload times the recipients is more than one request may write.
+var ErrFanOutTooLarge = errors.New("payload times recipients is too large")
 
 // idNamespace derives notification ids and the random part of delivery ids from the caller's
 // key and the recipient.
@@ -111,13 +124,22 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 	if len(cmd.Recipients) == 0 {
 		return AcceptResult{}, fmt.Errorf("%w: no recipients", domain.ErrInvalidDelivery)
 	}
+	limit := h.MaxFanOutBytes
+	if limit == 0 {
+		limit = DefaultMaxFanOutBytes
+	}
+	if size := len(cmd.Payload) * len(cmd.Recipients); size > limit {
+		return AcceptResult{}, fmt.Errorf("%w: a %d-byte payload to %d recipients writes %d bytes; at most %d per request",
+			ErrFanOutTooLarge, len(cmd.Payload), len(cmd.Recipients), size, limit)
+	}
 	priority := cmd.Priority
 	if priority == "" {
 		priority = domain.PriorityNormal
 	}
 	now := h.clock.Now()
 	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now}
-	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash}
+	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash,
+		NotificationID: result.NotificationID, Payload: cmd.Payload}
 	for _, r := range cmd.Recipients {
 		maxAttempts, err := h.maxAttempts(r.Channel, cmd.MaxAttempts)
 		if err != nil {

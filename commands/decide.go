@@ -20,6 +20,11 @@ type decision struct {
 	// recorded (by a copy of the same message), so it stands; otherwise a taken key is decided
 	// again on the new history like a version conflict.
 	duplicateIsDone bool
+	// request, when set, is stored in the same transaction (requests.AppendRequest): a decision
+	// made under an operator's Idempotency-Key. A key stored meanwhile by another request is
+	// decided again, like a conflict, and the step then finds that request's answer.
+	request  *StoredRequest
+	requests RequestStore
 }
 
 // decide is the one load → decide → append loop of the commands. It folds the delivery's
@@ -53,13 +58,17 @@ func decide(ctx context.Context, store EventStore, id string, known *domain.Deli
 		if len(dec.events) == 0 && len(dec.outbox) == 0 {
 			return d, nil
 		}
-		err = store.Append(ctx, dec.events, dec.outbox)
+		if dec.request != nil {
+			err = dec.requests.AppendRequest(ctx, *dec.request, dec.events, dec.outbox)
+		} else {
+			err = store.Append(ctx, dec.events, dec.outbox)
+		}
 		switch {
 		case err == nil:
 			return d, nil
 		case errors.Is(err, ErrDuplicate) && dec.duplicateIsDone:
 			return d, nil
-		case errors.Is(err, ErrDuplicate), errors.Is(err, ErrVersionConflict):
+		case errors.Is(err, ErrDuplicate), errors.Is(err, ErrVersionConflict), errors.Is(err, ErrRequestTaken):
 			continue
 		default:
 			return nil, fmt.Errorf("%s: %w", what, err)

@@ -24,6 +24,9 @@ var (
 	ErrRequestInFlight = errors.New("a request with this idempotency key is in flight")
 	// ErrRequestMismatch: the Idempotency-Key was used before with a different request body.
 	ErrRequestMismatch = errors.New("idempotency key reused with a different request")
+	// ErrRequestTaken: another request stored its answer under the same Idempotency-Key first;
+	// nothing was written. The caller reads that answer.
+	ErrRequestTaken = errors.New("a request with this idempotency key was recorded meanwhile")
 )
 
 // OutboxMessage is a message that must reach the broker if and only if the transaction that
@@ -41,7 +44,8 @@ type OutboxMessage struct {
 
 // EventStore appends to and reads delivery streams.
 type EventStore interface {
-	// Load returns a delivery's events in version order, or ErrNotFound.
+	// Load returns a delivery's events in version order, or ErrNotFound. An accepted event
+	// carries its payload, however the store keeps it.
 	Load(ctx context.Context, deliveryID string) ([]domain.Event, error)
 	// Append writes the events (each Version is the next version of its stream) and the outbox
 	// messages in one transaction: all or nothing. With no events it writes only the messages. It returns ErrDuplicate when every event's
@@ -54,8 +58,13 @@ type AcceptRecord struct {
 	Tenant      string
 	RequestKey  string
 	RequestHash []byte
-	Events      []domain.Event
-	Outbox      []OutboxMessage
+	// NotificationID and Payload are the notification every event of the record belongs to and
+	// its payload, which a store may keep once rather than in each accepted event (see
+	// domain.WithPayloadApart); Load must then give the events back with their payload.
+	NotificationID string
+	Payload        []byte
+	Events         []domain.Event
+	Outbox         []OutboxMessage
 	// Response is the answer to store and to give again to a repeat of the same request.
 	Response []byte
 }
@@ -67,6 +76,27 @@ type AcceptStore interface {
 	// replayed=true (same hash), or ErrRequestMismatch (other hash). A concurrent request with
 	// the same key gets ErrRequestInFlight.
 	RecordAccept(ctx context.Context, rec AcceptRecord) (response []byte, replayed bool, err error)
+}
+
+// StoredRequest is an operator's request under an Idempotency-Key and the answer a repeat of it
+// gets.
+type StoredRequest struct {
+	Tenant   string
+	Key      string
+	Hash     []byte
+	Response []byte
+}
+
+// RequestStore keeps operators' requests under their Idempotency-Key, so a repeated request is
+// answered with the first one's answer instead of being carried out again.
+type RequestStore interface {
+	// RequestGet returns the request stored under (tenant, key), or ErrNotFound.
+	RequestGet(ctx context.Context, tenant, key string) (StoredRequest, error)
+	// RequestPut stores a request's answer; a key already stored gives ErrRequestTaken.
+	RequestPut(ctx context.Context, r StoredRequest) error
+	// AppendRequest is EventStore.Append that also stores r in the same transaction: all or
+	// nothing. A key already stored gives ErrRequestTaken (and nothing is written).
+	AppendRequest(ctx context.Context, r StoredRequest, events []domain.Event, outbox []OutboxMessage) error
 }
 
 // Topics names the broker destinations of work messages.

@@ -2,6 +2,9 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -12,6 +15,19 @@ type Replay struct {
 	DeliveryID string
 	// Reason is recorded with the replay (who asked, why).
 	Reason string
+	// RequestKey, when set, is the operator's Idempotency-Key: a repeat of the request (same key,
+	// same RequestHash) is answered with the first replay instead of replaying again, however
+	// many times it is sent and whatever happened to the delivery since. The same key with
+	// another RequestHash is ErrRequestMismatch.
+	RequestKey  string
+	RequestHash []byte
+}
+
+// replayAnswer is what a keyed replay stores: the delivery and the version the replay left it
+// at, from which a repeat is answered.
+type replayAnswer struct {
+	DeliveryID string `json:"delivery_id"`
+	Version    int    `json:"version"`
 }
 
 // ReplayHandler records replays.
@@ -19,6 +35,8 @@ type ReplayHandler struct {
 	store  EventStore
 	topics Topics
 	clock  Clock
+	// Requests keeps keyed replays (Replay.RequestKey); nil refuses a keyed replay.
+	Requests RequestStore
 	// OnDecided, when set, is told the channel and decision ("replayed") of each recorded replay.
 	OnDecided func(channel, decision string)
 }
@@ -28,11 +46,24 @@ func NewReplayHandler(store EventStore, topics Topics, clock Clock) *ReplayHandl
 	return &ReplayHandler{store: store, topics: topics, clock: clock}
 }
 
-// Handle replays the delivery and returns it as it is after the replay. A delivery that is not
-// dead is refused with domain.ErrNotDead (and returned as it is), one of another tenant or none
-// at all with ErrNotFound.
+// Handle replays the delivery and returns it as it is after the replay (for a repeated keyed
+// request: as the first replay left it). A delivery that is not dead is refused with
+// domain.ErrNotDead (and returned as it is), one of another tenant or none at all with
+// ErrNotFound.
 func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Delivery, error) {
+	if cmd.RequestKey != "" && h.Requests == nil {
+		return nil, errors.New("replay: a keyed replay needs a request store")
+	}
+	var repeat *replayAnswer
 	d, err := decideFor(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) (decision, error) {
+		if cmd.RequestKey != "" {
+			// Looked up on every try: a concurrent repeat that won the key is found here.
+			stored, err := h.earlier(ctx, cmd)
+			if err != nil || stored != nil {
+				repeat = stored
+				return decision{}, err
+			}
+		}
 		now := h.clock.Now()
 		replayed, err := d.Replay(cmd.Reason, now)
 		if err != nil {
@@ -44,10 +75,56 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 		if err != nil {
 			return decision{}, err
 		}
-		return decision{events: replayed, outbox: []OutboxMessage{msg}}, nil
+		dec := decision{events: replayed, outbox: []OutboxMessage{msg}}
+		if cmd.RequestKey != "" {
+			answer, err := json.Marshal(replayAnswer{DeliveryID: d.ID(), Version: d.Version()})
+			if err != nil {
+				return decision{}, err
+			}
+			dec.request = &StoredRequest{Tenant: cmd.Tenant, Key: cmd.RequestKey, Hash: cmd.RequestHash, Response: answer}
+			dec.requests = h.Requests
+		}
+		return dec, nil
 	})
-	if err == nil && h.OnDecided != nil {
+	if err != nil {
+		return d, err
+	}
+	if repeat != nil {
+		return h.asOf(ctx, cmd.Tenant, *repeat)
+	}
+	if h.OnDecided != nil {
 		h.OnDecided(d.Channel(), "replayed")
 	}
-	return d, err
+	return d, nil
+}
+
+// earlier returns the answer of an earlier request under cmd's key, nil if there is none.
+func (h *ReplayHandler) earlier(ctx context.Context, cmd Replay) (*replayAnswer, error) {
+	stored, err := h.Requests.RequestGet(ctx, cmd.Tenant, cmd.RequestKey)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: read request %s: %w", cmd.RequestKey, err)
+	}
+	if string(stored.Hash) != string(cmd.RequestHash) {
+		return nil, ErrRequestMismatch
+	}
+	var a replayAnswer
+	if err := json.Unmarshal(stored.Response, &a); err != nil {
+		return nil, fmt.Errorf("replay: decode request %s: %w", cmd.RequestKey, err)
+	}
+	return &a, nil
+}
+
+// asOf is the delivery of an earlier replay as that replay left it.
+func (h *ReplayHandler) asOf(ctx context.Context, tenant string, a replayAnswer) (*domain.Delivery, error) {
+	events, err := tenantStore{h.store, tenant}.Load(ctx, a.DeliveryID)
+	if err != nil {
+		return nil, err
+	}
+	if a.Version < 1 || a.Version > len(events) {
+		return nil, fmt.Errorf("replay of %s: stored version %d of a stream of %d events", a.DeliveryID, a.Version, len(events))
+	}
+	return domain.Rehydrate(events[:a.Version])
 }

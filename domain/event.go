@@ -41,12 +41,16 @@ func (p Priority) Valid() bool {
 
 // Accepted is the data of EventAccepted: everything an attempt needs, fixed at acceptance.
 type Accepted struct {
-	NotificationID string          `json:"notification_id"`
-	Channel        string          `json:"channel"`
-	Recipient      string          `json:"recipient"`
-	Payload        json.RawMessage `json:"payload"`
-	Priority       Priority        `json:"priority"`
-	MaxAttempts    int             `json:"max_attempts"`
+	NotificationID string `json:"notification_id"`
+	Channel        string `json:"channel"`
+	Recipient      string `json:"recipient"`
+	// Payload is the notification's payload. A store may keep it once per notification rather
+	// than in every delivery's event (see WithPayloadApart): the stored data then lacks it and
+	// names it by PayloadSHA256, and the store puts it back when it loads the stream.
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	PayloadSHA256 string          `json:"payload_sha256,omitempty"`
+	Priority      Priority        `json:"priority"`
+	MaxAttempts   int             `json:"max_attempts"`
 	// RequestKey is the caller's Idempotency-Key, for audit lookups.
 	RequestKey string `json:"idempotency_key"`
 }
@@ -141,6 +145,22 @@ func KeyAttemptStarted(id string, attempt int) string {
 // has at most one outcome whatever the number of workers that saw its message.
 func KeyAttemptOutcome(id string, attempt int) string {
 	return fmt.Sprintf("%s/attempt/%d/outcome", id, attempt)
+}
+
+// WithPayloadApart returns the accepted event e with its payload left out of the data and named
+// by sha256 (hex) instead, for a store that keeps the payload once per notification. Every other
+// field stays as it was.
+func WithPayloadApart(e Event, sha256 string) (Event, error) {
+	if e.Type != EventAccepted {
+		return e, fmt.Errorf("event %d of %s is %s, not %s", e.Version, e.DeliveryID, e.Type, EventAccepted)
+	}
+	var a Accepted
+	if err := json.Unmarshal(e.Data, &a); err != nil {
+		return e, fmt.Errorf("event %d of %s: %w", e.Version, e.DeliveryID, err)
+	}
+	a.Payload, a.PayloadSHA256 = nil, sha256
+	e.Data = encode(a)
+	return e, nil
 }
 
 func encode(v any) json.RawMessage {

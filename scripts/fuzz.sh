@@ -13,6 +13,9 @@ dur=${1:-10s}
 # package and target, one per line; a new fuzz target is added here.
 targets=(
 	"./adapters/httpapi FuzzAcceptRequest"
+	"./adapters/httpapi FuzzStorableJSON"
+	"./adapters/httpapi FuzzQueriesAndPaths"
+	"./adapters/httpapi FuzzOperatorBodies"
 	"./domain FuzzRehydrate"
 	"./adapters/webhook FuzzParseRetryAfter"
 	"./adapters/webhook FuzzParseRetryAfterSeconds"

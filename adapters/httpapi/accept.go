@@ -98,7 +98,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient}}
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
-		return err
+		return fanOutField(err, "payload")
 	}
 	if len(res.Deliveries) != 1 {
 		return fmt.Errorf("accept answered %d deliveries for one recipient", len(res.Deliveries))
@@ -147,7 +147,7 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	}
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
-		return err
+		return fanOutField(err, "recipients")
 	}
 	s.writeAccepted(w, r, res.Replayed, newNotificationAccepted(res))
 	return nil
@@ -156,20 +156,28 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 // readAccept checks the headers of an accept request and reads its body, bounded.
 func (s *server) readAccept(w http.ResponseWriter, r *http.Request) (key string, body []byte, err error) {
 	key = r.Header.Get(headerIdempotencyKey)
-	switch {
-	case key == "":
+	if key == "" {
 		return "", nil, invalid(headerIdempotencyKey, "the %s header is required on accept requests, so a retry cannot accept twice", headerIdempotencyKey)
-	case len(key) > maxIdempotencyKeyLen:
-		return "", nil, invalid(headerIdempotencyKey, "at most %d characters, got %d", maxIdempotencyKeyLen, len(key))
 	}
-	if err := storableText(key); err != nil {
-		return "", nil, invalid(headerIdempotencyKey, "%v", err)
+	if err := checkIdempotencyKey(key); err != nil {
+		return "", nil, err
 	}
 	body, err = s.readBody(w, r)
 	if err != nil {
 		return "", nil, err
 	}
 	return key, body, nil
+}
+
+// checkIdempotencyKey checks the value of an Idempotency-Key header.
+func checkIdempotencyKey(key string) error {
+	if len(key) > maxIdempotencyKeyLen {
+		return invalid(headerIdempotencyKey, "at most %d characters, got %d", maxIdempotencyKeyLen, len(key))
+	}
+	if err := storableText(key); err != nil {
+		return invalid(headerIdempotencyKey, "%v", err)
+	}
+	return nil
 }
 
 // readBody reads a JSON request body, up to Config.MaxBodyBytes.
@@ -267,6 +275,14 @@ func (s *server) accept(r *http.Request, tenant, key string, body []byte, cmd co
 		return res, invalid("max_attempts", "%v", err)
 	}
 	return res, err
+}
+
+// fanOutField names the member at fault when a request would write too much.
+func fanOutField(err error, field string) error {
+	if errors.Is(err, commands.ErrFanOutTooLarge) {
+		return &requestError{kind: err, field: field, detail: err.Error()}
+	}
+	return err
 }
 
 // requestHash fingerprints an accept request for the Idempotency-Key contract. It covers method

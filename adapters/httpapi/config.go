@@ -90,6 +90,9 @@ type Deps struct {
 	// do not exist; the DLQ replay needs Views too.
 	Replay    *commands.ReplayHandler
 	Reconcile *commands.ReconcileHandler
+	// OperatorRequests keeps the answers of keyed DLQ replays (Idempotency-Key on POST
+	// /v1/dlq/replay); required with Replay and Views.
+	OperatorRequests commands.RequestStore
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error
@@ -127,6 +130,9 @@ func (d Deps) Validate() error {
 	}
 	if d.Events == nil {
 		problems = append(problems, errors.New("http api: no event store"))
+	}
+	if d.Replay != nil && d.Views != nil && d.OperatorRequests == nil {
+		problems = append(problems, errors.New("http api: replays without a request store for their Idempotency-Keys"))
 	}
 	return errors.Join(problems...)
 }

@@ -1,14 +1,19 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/deliveryledger/ledger/domain"
 )
 
 // The tests of this file are the rows of the hardening issue: inputs that reached a 500 (the
@@ -119,5 +124,169 @@ func TestTwoAuthorizationHeadersAre400(t *testing.T) {
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("two Authorization headers: status %d, want 400", res.StatusCode)
+	}
+}
+
+// TestFanOutWritesThePayloadOnceAndIsBounded: a notification keeps its payload once in the log,
+// not once per recipient, each delivery's history still shows it, and what one request may write
+// (payload times recipients) is bounded.
+func TestFanOutWritesThePayloadOnceAndIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	payload := `{"blob":"` + strings.Repeat("x", 100<<10) + `"}`
+	recipients := make([]string, 100)
+	for i := range recipients {
+		recipients[i] = `{"channel":"webhook","recipient":"https://example.com/r/` + strconv.Itoa(i) + `"}`
+	}
+	body := `{"payload":` + payload + `,"recipients":[` + strings.Join(recipients, ",") + `]}`
+	var acc notificationAccepted
+	b.post(t, "/v1/notifications", "big-1", body).expect(t, http.StatusAccepted, &acc)
+	if len(acc.Deliveries) != 100 {
+		t.Fatalf("%d deliveries, want 100", len(acc.Deliveries))
+	}
+	if kept := b.count(t, `SELECT sum(octet_length(data::text))::int FROM events`); kept > 100*1024 {
+		t.Fatalf("the events keep %d bytes for 100 deliveries of one %d-byte payload, want the payload once, apart", kept, len(payload))
+	}
+	if n := b.count(t, `SELECT count(*) FROM notification_payloads`); n != 1 {
+		t.Fatalf("%d stored payloads, want 1", n)
+	}
+	var h eventList
+	b.get(t, "/v1/deliveries/"+acc.Deliveries[57].ID+"/events", keyAcme).expect(t, http.StatusOK, &h)
+	var data struct {
+		Payload json.RawMessage `json:"payload"`
+		SHA     string          `json:"payload_sha256"`
+	}
+	if err := json.Unmarshal(h.Events[0].Data, &data); err != nil || string(data.Payload) != payload || data.SHA != "" {
+		t.Fatalf("history of a fanned-out delivery: payload of %d bytes (%v), sha %q; want the payload as sent", len(data.Payload), err, data.SHA)
+	}
+
+	// 200 recipients of 100 KiB is 20 MiB, over the default bound of 16 MiB.
+	recipients = append(recipients, recipients...)
+	for i := range recipients {
+		recipients[i] = `{"channel":"webhook","recipient":"https://example.com/s/` + strconv.Itoa(i) + `"}`
+	}
+	body = `{"payload":` + payload + `,"recipients":[` + strings.Join(recipients, ",") + `]}`
+	b.post(t, "/v1/notifications", "big-2", body).expectProblem(t, http.StatusRequestEntityTooLarge, "recipients")
+	if n := b.count(t, `SELECT count(*) FROM notification_payloads`); n != 1 {
+		t.Fatalf("a refused fan-out stored a payload")
+	}
+}
+
+// dieAgain drives a replayed (queued) delivery to dead again: its new attempt fails for good.
+func (b *bundle) dieAgain(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	events, err := b.store.Load(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := domain.Rehydrate(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := d.StartAttempt("webhook", time.Now().UTC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := d.RecordOutcome(d.Attempt(), domain.Outcome{Kind: domain.OutcomePermanent, Provider: "webhook", StatusCode: 410},
+		domain.DefaultRetryPolicy(), time.Now().UTC(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Append(ctx, append(started, dead...), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replays counts a delivery's replayed events.
+func (b *bundle) replays(t *testing.T, id string) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM events WHERE delivery_id = $1 AND type = 'delivery.replayed'`, id)
+}
+
+// TestReplayUnderOneKeyIsOneReplay: a replay repeated under the same Idempotency-Key is answered
+// with the first one, even when the delivery died again in between and even when the repeats
+// race; the key on another delivery is 422.
+func TestReplayUnderOneKeyIsOneReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	keyed := func(path, key string) resp {
+		return b.do(t, req{method: http.MethodPost, path: path, apiKey: keyAcme, idemKey: key, contentType: "application/json",
+			body: `{"reason":"receiver fixed"}`})
+	}
+	dead := b.story(t, "acme", "webhook", "https://example.com/k", time.Now(), domain.OutcomePermanent)
+	path := "/v1/deliveries/" + dead + "/replay"
+	first := keyed(path, "replay-1")
+	first.expect(t, http.StatusAccepted, nil)
+	b.dieAgain(t, dead)
+	again := keyed(path, "replay-1")
+	again.expect(t, http.StatusAccepted, nil)
+	if string(again.body) != string(first.body) || b.replays(t, dead) != 1 {
+		t.Fatalf("a repeat after the delivery died again: %s (first %s), %d replays; want the first answer and one replay",
+			again.body, first.body, b.replays(t, dead))
+	}
+	keyed(path, "replay-2").expect(t, http.StatusAccepted, nil) // another key is another replay
+	if n := b.replays(t, dead); n != 2 {
+		t.Fatalf("%d replays after a second key, want 2", n)
+	}
+	other := b.story(t, "acme", "webhook", "https://example.com/k2", time.Now(), domain.OutcomePermanent)
+	keyed("/v1/deliveries/"+other+"/replay", "replay-1").expectProblem(t, http.StatusUnprocessableEntity, "Idempotency-Key")
+
+	// Twenty at once under one key: one replay, twenty identical answers.
+	racing := b.story(t, "acme", "webhook", "https://example.com/race", time.Now(), domain.OutcomePermanent)
+	answers := make(chan resp, 20)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			r, err := b.send(context.Background(), req{method: http.MethodPost, path: "/v1/deliveries/" + racing + "/replay",
+				apiKey: keyAcme, idemKey: "race-1", contentType: "application/json", body: `{"reason":"race"}`})
+			if err != nil {
+				t.Error(err)
+			}
+			answers <- r
+		})
+	}
+	wg.Wait()
+	close(answers)
+	var bodies []string
+	for r := range answers {
+		if r.status != http.StatusAccepted {
+			t.Fatalf("a racing repeat got %d: %s", r.status, r.body)
+		}
+		bodies = append(bodies, string(r.body))
+	}
+	for _, body := range bodies[1:] {
+		if body != bodies[0] {
+			t.Fatalf("racing repeats answered differently:\n%s\n%s", bodies[0], body)
+		}
+	}
+	if n := b.replays(t, racing); n != 1 {
+		t.Fatalf("20 racing repeats of one key recorded %d replays, want 1", n)
+	}
+}
+
+// TestDLQReplayUnderOneKeyIsOnePass: a page replay repeated under its key answers as the first
+// did and replays nothing again, even a delivery that died again.
+func TestDLQReplayUnderOneKeyIsOnePass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.story(t, "acme", "webhook", "https://example.com/d1", time.Now().Add(-time.Minute), domain.OutcomePermanent)
+	c := b.story(t, "acme", "webhook", "https://example.com/d2", time.Now(), domain.OutcomePermanent)
+	b.project(t)
+	page := func() resp {
+		return b.do(t, req{method: http.MethodPost, path: "/v1/dlq/replay?limit=10", apiKey: keyAcme, idemKey: "page-1",
+			contentType: "application/json", body: `{"reason":"outage over"}`})
+	}
+	first := page()
+	first.expect(t, http.StatusOK, nil)
+	b.dieAgain(t, a)
+	b.project(t)
+	again := page()
+	again.expect(t, http.StatusOK, nil)
+	if again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("repeat: %s (header %q), first %s", again.body, again.header.Get("Idempotent-Replayed"), first.body)
+	}
+	if b.replays(t, a) != 1 || b.replays(t, c) != 1 {
+		t.Fatalf("replays after a repeated page: %d and %d, want 1 each", b.replays(t, a), b.replays(t, c))
 	}
 }

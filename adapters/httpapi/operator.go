@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"unicode/utf8"
 
@@ -61,20 +63,43 @@ type replaySkipped struct {
 	Detail string       `json:"detail"`
 }
 
-// readReason decodes an optional replay body.
-func (s *server) readReason(w http.ResponseWriter, r *http.Request) (string, error) {
+// replayAsk is a replay request as read: its reason, and its optional Idempotency-Key with the
+// request's fingerprint.
+type replayAsk struct {
+	reason string
+	key    string
+	hash   []byte
+}
+
+// readReplay decodes an optional replay body and the optional Idempotency-Key.
+func (s *server) readReplay(w http.ResponseWriter, r *http.Request) (replayAsk, error) {
+	var ask replayAsk
+	if values := r.Header.Values(headerIdempotencyKey); len(values) > 0 {
+		if len(values) > 1 {
+			return ask, invalid(headerIdempotencyKey, "send the header once")
+		}
+		if err := checkIdempotencyKey(values[0]); err != nil {
+			return ask, err
+		}
+		ask.key = values[0]
+	}
 	body, err := s.readBody(w, r)
-	if err != nil || len(body) == 0 {
-		return "", err
+	if err != nil {
+		return ask, err
+	}
+	ask.hash = requestHash(r.Method, r.URL.Path+"?"+r.URL.RawQuery, body)
+	if len(body) == 0 {
+		return ask, nil
 	}
 	var req replayRequest
 	if err := decodeJSON(body, &req); err != nil {
-		return "", err
+		return ask, err
 	}
 	if err := checkText("reason", req.Reason, maxReasonLen); err != nil {
-		return "", err
+		return ask, err
 	}
-	return req.Reason, nil
+	ask.reason = req.Reason
+	return ask, nil
 }
 
 func checkText(field, v string, maxLen int) error {
@@ -90,7 +115,7 @@ func checkText(field, v string, maxLen int) error {
 
 // replayDelivery is POST /v1/deliveries/{id}/replay: a dead delivery starts a new attempt cycle.
 func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant string) error {
-	reason, err := s.readReason(w, r)
+	ask, err := s.readReplay(w, r)
 	if err != nil {
 		return err
 	}
@@ -99,7 +124,8 @@ func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if !ok {
 		return commands.ErrNotFound
 	}
-	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: reason})
+	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: ask.reason,
+		RequestKey: ask.key, RequestHash: ask.hash})
 	if err != nil {
 		return err
 	}
@@ -124,9 +150,21 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 		return err
 	}
 	f.State = domain.StateDead
-	reason, err := s.readReason(w, r)
+	ask, err := s.readReplay(w, r)
 	if err != nil {
 		return err
+	}
+	if ask.key != "" {
+		// A repeat of a page replay gets the first one's answer.
+		stored, err := s.deps.OperatorRequests.RequestGet(r.Context(), tenant, ask.key)
+		switch {
+		case err == nil && string(stored.Hash) != string(ask.hash):
+			return commands.ErrRequestMismatch
+		case err == nil:
+			return s.writeStored(w, r, stored.Response)
+		case !errors.Is(err, commands.ErrNotFound):
+			return err
+		}
 	}
 	page, err := s.deps.Views.DeadLetters(r.Context(), tenant, f)
 	if err != nil {
@@ -137,7 +175,13 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 		out.NextCursor = page.Next.String()
 	}
 	for _, row := range page.Items {
-		d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: row.ID, Reason: reason})
+		cmd := commands.Replay{Tenant: tenant, DeliveryID: row.ID, Reason: ask.reason}
+		if ask.key != "" {
+			// Each delivery's replay is keyed too, so a repeat after a failure half-way replays
+			// none of them twice, even one that died again since.
+			cmd.RequestKey, cmd.RequestHash = "dlq:"+row.ID+":"+ask.key, ask.hash
+		}
+		d, err := s.deps.Replay.Handle(r.Context(), cmd)
 		switch {
 		case err == nil:
 			out.Replayed = append(out.Replayed, row.ID)
@@ -151,6 +195,35 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 			return err
 		}
 	}
+	if ask.key != "" {
+		answer, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		err = s.deps.OperatorRequests.RequestPut(r.Context(), commands.StoredRequest{Tenant: tenant, Key: ask.key, Hash: ask.hash, Response: answer})
+		if errors.Is(err, commands.ErrRequestTaken) {
+			// A concurrent repeat finished first: both answer as it did.
+			stored, err := s.deps.OperatorRequests.RequestGet(r.Context(), tenant, ask.key)
+			if err != nil {
+				return err
+			}
+			return s.writeStored(w, r, stored.Response)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// writeStored answers a repeated request with its first answer.
+func (s *server) writeStored(w http.ResponseWriter, r *http.Request, answer []byte) error {
+	var out dlqReplayAnswer
+	if err := json.Unmarshal(answer, &out); err != nil {
+		return fmt.Errorf("decode stored answer: %w", err)
+	}
+	w.Header().Set(headerIdempotentReplayed, "true")
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
 }

@@ -72,6 +72,9 @@ func problemFor(err error) problem {
 	case errors.As(err, &tooLarge):
 		p.Status = http.StatusRequestEntityTooLarge
 		p.Detail = fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit)
+	case errors.Is(err, commands.ErrFanOutTooLarge):
+		// The body fits, but what it fans out to does not; the handler names the member.
+		p.Status = http.StatusRequestEntityTooLarge
 	case errors.Is(err, errInvalid), errors.Is(err, domain.ErrInvalidDelivery):
 		p.Status = http.StatusBadRequest
 	case errors.Is(err, errUnauthenticated):
@@ -96,7 +99,9 @@ func problemFor(err error) problem {
 		p.Status, p.Field = http.StatusUnprocessableEntity, headerIdempotencyKey
 		p.Detail = "this Idempotency-Key was used with a different request (method, path or body)"
 	case errors.Is(err, errNotReady):
-		p.Status = http.StatusServiceUnavailable
+		// Fixed text: the cause (a driver's error names users, hosts and ports) is for the log,
+		// not for whoever can reach an unauthenticated endpoint.
+		p.Status, p.Detail = http.StatusServiceUnavailable, "not ready: the database or the broker does not answer; the server log has the cause"
 	default:
 		// Never echo an unexpected error: it may name tables, hosts or data. It is logged.
 		p.Status, p.Field = http.StatusInternalServerError, ""

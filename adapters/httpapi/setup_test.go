@@ -47,12 +47,14 @@ type bundle struct {
 	schema *pgtest.Schema
 	store  *postgres.EventStore
 	url    string
+	// handler is the API itself, for tests that call it without a socket (the fuzz targets).
+	handler http.Handler
 }
 
 // option adjusts the configuration or dependencies of a test server.
 type option func(cfg *httpapi.Config, deps *httpapi.Deps)
 
-func setup(t *testing.T, opts ...option) *bundle {
+func setup(t testing.TB, opts ...option) *bundle {
 	t.Helper()
 	schema := pgtest.New(t)
 	store := postgres.NewEventStore(schema.Pool)
@@ -61,12 +63,15 @@ func setup(t *testing.T, opts ...option) *bundle {
 		APIKeys:  map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		Channels: map[string]commands.Check{"webhook": webhook.Check},
 	}
+	replay := commands.NewReplayHandler(store, topics, commands.SystemClock{})
+	replay.Requests = store
 	deps := httpapi.Deps{
-		Accept:   commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverPolicies),
-		Events:   store,
-		Requests: store,
-		Views:    projections.NewReader(schema.Pool),
-		Replay:   commands.NewReplayHandler(store, topics, commands.SystemClock{}),
+		Accept:           commands.NewAcceptHandler(store, topics, commands.SystemClock{}, serverPolicies),
+		Events:           store,
+		Requests:         store,
+		OperatorRequests: store,
+		Views:            projections.NewReader(schema.Pool),
+		Replay:           replay,
 		Reconcile: commands.NewReconcileHandler(store, topics, commands.SystemClock{},
 			func(string) domain.RetryPolicy { return domain.DefaultRetryPolicy() }),
 	}
@@ -80,7 +85,7 @@ func setup(t *testing.T, opts ...option) *bundle {
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close) // runs before the schema is dropped: cleanups run last-in first-out
-	return &bundle{schema: schema, store: store, url: srv.URL}
+	return &bundle{schema: schema, store: store, url: srv.URL, handler: handler}
 }
 
 // req is one HTTP request of a test. Zero fields are left out of the request.

@@ -30,6 +30,7 @@ import (
 const (
 	maxNumericIntDigits  = (0x7FFF + 1) * 4 // 131072
 	maxNumericFracDigits = 0x3FFF           // 16383
+	maxNumericExponent   = 1<<31/2 - 1      // INT_MAX / 2
 )
 
 // storableText refuses a string PostgreSQL's text would not take.
@@ -48,9 +49,9 @@ func storableNumber(lit string) error {
 	mantissa, exp := lit, 0
 	if i := strings.IndexAny(lit, "eE"); i >= 0 {
 		e, err := strconv.Atoi(lit[i+1:])
-		if err != nil {
-			// Too many exponent digits for an int: certainly out of range.
-			return fmt.Errorf("number %.20s... is out of range", lit)
+		// PostgreSQL refuses an exponent beyond ±(INT_MAX/2) whatever the digits, zero's too.
+		if err != nil || e >= maxNumericExponent || e <= -maxNumericExponent {
+			return fmt.Errorf("number %.40s has an exponent out of range", lit)
 		}
 		mantissa, exp = lit[:i], e
 	}

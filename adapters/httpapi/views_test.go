@@ -94,7 +94,7 @@ func (b *bundle) list(t *testing.T, path, apiKey string) listAnswer {
 
 // story appends a delivery's history with chosen times: accepted at `at`, then each step a
 // second later, ending in the outcome kind (empty: stays queued).
-func (b *bundle) story(t *testing.T, tenant, channel, recipient string, at time.Time, outcome domain.OutcomeKind) string {
+func (b *bundle) story(t testing.TB, tenant, channel, recipient string, at time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
 	id := uuid.NewString()
 	now := at.UTC().Truncate(time.Microsecond)

@@ -182,6 +182,7 @@ func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error
 	}
 
 	seen := map[string]bool{}
+	var payloads payloadRows
 	var newTenants, newKeys, newResponses []string
 	var newHashes [][]byte
 	var events = calls[0].rec.Events[:0:0]
@@ -197,8 +198,13 @@ func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error
 		case found:
 			answers[i] = acceptAnswer{err: commands.ErrRequestMismatch}
 		default:
+			apart, err := payloads.apart(c.rec)
+			if err != nil {
+				rollback(ctx, conn)
+				return nil, errors.Join(errors.New("shared accept transaction"), err)
+			}
 			answers[i] = acceptAnswer{response: c.rec.Response}
-			events = append(events, c.rec.Events...)
+			events = append(events, apart...)
 			outbox = append(outbox, c.rec.Outbox...)
 			newTenants = append(newTenants, c.rec.Tenant)
 			newKeys = append(newKeys, c.rec.RequestKey)
@@ -212,6 +218,7 @@ func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error
 		rollback(ctx, conn)
 		return nil, errors.Join(errors.New("shared accept transaction"), err)
 	}
+	payloads.write(ctx, &w)
 	if len(newKeys) > 0 {
 		_, _ = w.Exec(ctx, acceptRequestPutMany, newTenants, newKeys, newHashes, newResponses)
 	}

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -52,13 +54,70 @@ const eventsExistingKeys = `SELECT count(*) FROM events WHERE idempotency_key = 
 
 const eventColumns = `delivery_id::text, tenant, version, type, idempotency_key, data, recorded_at, position`
 
-const eventsByDelivery = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = $1 ORDER BY version`
+// eventsWithPayloads reads events with the payload of an accepted event that keeps it apart
+// (payloadsInsert) put back into its data, so a loaded stream is the stream as the domain
+// recorded it. Readers that need no payload (the projections) read the events alone.
+const (
+	eventsPayloadColumns = `e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
+	CASE WHEN p.payload IS NULL THEN e.data
+	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
+	e.recorded_at, e.position`
+	eventsPayloadJoin = `FROM events e LEFT JOIN notification_payloads p
+	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'`
+	eventsWithPayloads = `SELECT ` + eventsPayloadColumns + ` ` + eventsPayloadJoin
+)
+
+const eventsByDelivery = eventsWithPayloads + ` WHERE e.delivery_id = $1 ORDER BY e.version`
 
 // eventsByDeliveryOf is eventsByDelivery for one tenant: another tenant's stream and no stream
 // cost the same index probe and return the same nothing.
-const eventsByDeliveryOf = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = $1 AND tenant = $2 ORDER BY version`
+const eventsByDeliveryOf = eventsWithPayloads + ` WHERE e.delivery_id = $1 AND e.tenant = $2 ORDER BY e.version`
 
-const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, version`
+const eventsByDeliveries = eventsWithPayloads + ` WHERE e.delivery_id = ANY($1::uuid[]) ORDER BY e.delivery_id, e.version`
+
+// payloadsInsert keeps each accepted notification's payload once (migration 0007).
+const payloadsInsert = `INSERT INTO notification_payloads (notification_id, tenant, sha256, payload)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[])`
+
+// payloadRows collects the notification_payloads rows of one write.
+type payloadRows struct {
+	ids, tenants, payloads []string
+	hashes                 [][]byte
+}
+
+// apart returns the record's events with the accepted ones keeping their payload apart, and
+// adds the notification's payload row to rows. A record without a payload keeps its events as
+// they are.
+func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error) {
+	if len(rec.Payload) == 0 {
+		return rec.Events, nil
+	}
+	sum := sha256.Sum256(rec.Payload)
+	hexSum := hex.EncodeToString(sum[:])
+	events := make([]domain.Event, len(rec.Events))
+	for i, e := range rec.Events {
+		if e.Type != domain.EventAccepted {
+			events[i] = e
+			continue
+		}
+		var err error
+		if events[i], err = domain.WithPayloadApart(e, hexSum); err != nil {
+			return nil, err
+		}
+	}
+	rows.ids = append(rows.ids, rec.NotificationID)
+	rows.tenants = append(rows.tenants, rec.Tenant)
+	rows.hashes = append(rows.hashes, sum[:])
+	rows.payloads = append(rows.payloads, string(rec.Payload))
+	return events, nil
+}
+
+// write queues the rows' insert on w.
+func (rows *payloadRows) write(ctx context.Context, w execer) {
+	if len(rows.ids) > 0 {
+		_, _ = w.Exec(ctx, payloadsInsert, rows.ids, rows.tenants, rows.hashes, rows.payloads)
+	}
+}
 
 // eventsAppendEach writes the rows that fit and skips the others: a taken version or key (ON
 // CONFLICT), or a missing previous version (a writer that did not load the stream must not start
@@ -287,11 +346,18 @@ func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord
 			rollback(ctx, conn)
 			return getErr
 		}
-		var w writeBatch
-		if err := errors.Join(appendEvents(ctx, &w, rec.Events), publishOutbox(ctx, &w, rec.Outbox)); err != nil {
+		var payloads payloadRows
+		events, err := payloads.apart(rec)
+		if err != nil {
 			rollback(ctx, conn)
 			return err
 		}
+		var w writeBatch
+		if err := errors.Join(appendEvents(ctx, &w, events), publishOutbox(ctx, &w, rec.Outbox)); err != nil {
+			rollback(ctx, conn)
+			return err
+		}
+		payloads.write(ctx, &w)
 		_, _ = w.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response))
 		stored = rec.Response
 		return commitWith(ctx, conn, &w)

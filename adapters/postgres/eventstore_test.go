@@ -317,6 +317,11 @@ func TestAcceptStoreConformance(t *testing.T) {
 				b := setup(t)
 				testRecordAcceptConcurrent(t, b, build(t, b))
 			})
+			t.Run("PayloadOnce", func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				testRecordAcceptPayloadOnce(t, b, build(t, b))
+			})
 		})
 	}
 }
@@ -664,7 +669,7 @@ func TestWritesReuseGenericPlansLookupsDoNot(t *testing.T) {
 	if generic, custom := plans("INSERT INTO events"); generic == 0 {
 		t.Errorf("event inserts: %d generic and %d custom plans, want generic plans after the first few", generic, custom)
 	}
-	if generic, custom := plans("SELECT delivery_id::text"); generic != 0 || custom < 12 {
+	if generic, custom := plans("SELECT e.delivery_id::text"); generic != 0 || custom < 12 {
 		t.Errorf("stream loads: %d generic and %d custom plans, want a custom plan every time", generic, custom)
 	}
 	var mode string
@@ -719,5 +724,150 @@ func BenchmarkLoadOf(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// testRecordAcceptPayloadOnce: the payload of a notification is kept once, apart from its
+// deliveries' accepted events, and every read that needs it (Load, LoadMany, LoadOf, the export)
+// gives the events back as the domain recorded them; the projections' log reads leave it out.
+func testRecordAcceptPayloadOnce(t *testing.T, b *storeBundle, store commands.AcceptStore) {
+	ctx := context.Background()
+	const notifications = 8
+	type accepted struct {
+		ids     []string
+		payload string
+	}
+	all := make([]accepted, notifications)
+	var wg sync.WaitGroup
+	errs := make(chan error, notifications)
+	for n := range notifications {
+		payload := fmt.Sprintf(`{"n": %d, "text": "payload of notification %d"}`, n, n)
+		notification := uuid.NewString()
+		rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "p-" + notification, RequestHash: []byte("h"),
+			NotificationID: notification, Payload: []byte(payload), Response: []byte(`{}`)}
+		for range 2 {
+			_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", NotificationID: notification,
+				Channel: "webhook", Recipient: "https://example.com/" + uuid.NewString(), Payload: json.RawMessage(payload),
+				Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Events = append(rec.Events, events...)
+			all[n].ids = append(all[n].ids, events[0].DeliveryID)
+		}
+		all[n].payload = payload
+		wg.Go(func() {
+			if _, _, err := store.RecordAccept(ctx, rec); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var stored, inline int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM notification_payloads),
+		(SELECT count(*) FROM events WHERE data ? 'payload')`).Scan(&stored, &inline); err != nil {
+		t.Fatal(err)
+	}
+	if stored != notifications || inline != 0 {
+		t.Fatalf("%d payloads stored apart and %d accepted events with their own, want %d and 0", stored, inline, notifications)
+	}
+	payloadOf := func(e domain.Event) string {
+		t.Helper()
+		data, err := domain.DecodeData(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := data.(*domain.Accepted)
+		if a.PayloadSHA256 != "" {
+			t.Fatalf("loaded accepted event still names its payload by hash: %s", e.Data)
+		}
+		var v any
+		if err := json.Unmarshal(a.Payload, &v); err != nil {
+			t.Fatalf("payload %q: %v", a.Payload, err)
+		}
+		out, _ := json.Marshal(v)
+		return string(out)
+	}
+	norm := func(s string) string {
+		var v any
+		_ = json.Unmarshal([]byte(s), &v)
+		out, _ := json.Marshal(v)
+		return string(out)
+	}
+	var ids []string
+	for _, a := range all {
+		for _, id := range a.ids {
+			ids = append(ids, id)
+			for name, load := range map[string]func() ([]domain.Event, error){
+				"Load":   func() ([]domain.Event, error) { return b.store.Load(ctx, id) },
+				"LoadOf": func() ([]domain.Event, error) { return b.store.LoadOf(ctx, "acme", id) },
+			} {
+				events, err := load()
+				if err != nil {
+					t.Fatalf("%s(%s): %v", name, id, err)
+				}
+				if got := payloadOf(events[0]); got != norm(a.payload) {
+					t.Fatalf("%s(%s): payload %s, want %s", name, id, got, a.payload)
+				}
+			}
+		}
+	}
+	many, err := b.store.LoadMany(ctx, ids)
+	if err != nil || len(many) != len(ids) {
+		t.Fatalf("LoadMany: %d streams, %v", len(many), err)
+	}
+	for _, a := range all {
+		if got := payloadOf(many[a.ids[1]][0]); got != norm(a.payload) {
+			t.Fatalf("LoadMany: payload %s, want %s", got, a.payload)
+		}
+	}
+	exported := 0
+	if err := b.store.ExportLog(ctx, postgres.LogRange{}, func(le projections.LoggedEvent) error {
+		if payloadOf(le.Event) == "" {
+			t.Fatalf("export without payload")
+		}
+		exported++
+		return nil
+	}); err != nil || exported != len(ids) {
+		t.Fatalf("export: %d events, %v", exported, err)
+	}
+}
+
+// TestMigratingBelowPayloadsApartKeepsThePayloads: going down past migration 0007 puts every
+// payload kept apart back into its accepted events, so no history is lost.
+func TestMigratingBelowPayloadsApartKeepsThePayloads(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, events := acceptedEvents(t)
+	notification := uuid.NewString()
+	var a domain.Accepted
+	if err := json.Unmarshal(events[0].Data, &a); err != nil {
+		t.Fatal(err)
+	}
+	a.NotificationID = notification
+	events[0].Data, _ = json.Marshal(a)
+	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "down-1", RequestHash: []byte("h"), NotificationID: notification,
+		Payload: a.Payload, Events: events, Response: []byte(`{}`)}
+	if _, _, err := b.store.RecordAccept(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, 6, nil); err != nil {
+		t.Fatal(err)
+	}
+	var data string
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT data::text FROM events WHERE delivery_id = $1`, events[0].DeliveryID).Scan(&data); err != nil {
+		t.Fatal(err)
+	}
+	var back domain.Accepted
+	if err := json.Unmarshal([]byte(data), &back); err != nil || string(back.Payload) != `{"a": 1}` || back.PayloadSHA256 != "" {
+		t.Fatalf("after migrating down the accepted event's data is %s, want the payload back inline", data)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, -1, nil); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,12 +23,13 @@ type LogRange struct {
 // The export is one statement, so one snapshot: every event committed when it starts, in log
 // order. Unlike a follower it keeps no checkpoint, so it need not stop below the oldest running
 // transaction (which, anywhere in the cluster, would hide events that have long committed).
-// ORDER BY names the table's columns, not the text output column transaction_id.
+// ORDER BY names the table's columns, not the text output column transaction_id. Accepted
+// events come with their payload, as Load gives them.
 const (
-	eventsExport = `SELECT ` + eventColumns + `, transaction_id::text FROM events
-WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
-  AND ($2::timestamptz IS NULL OR recorded_at < $2)
-ORDER BY events.transaction_id, events.position`
+	eventsExport = `SELECT ` + eventsPayloadColumns + `, e.transaction_id::text ` + eventsPayloadJoin + `
+WHERE ($1::timestamptz IS NULL OR e.recorded_at >= $1)
+  AND ($2::timestamptz IS NULL OR e.recorded_at < $2)
+ORDER BY e.transaction_id, e.position`
 	eventsCount = `SELECT count(*) FROM events
 WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
   AND ($2::timestamptz IS NULL OR recorded_at < $2)`

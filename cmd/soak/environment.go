@@ -206,6 +206,8 @@ func ledgerEnv(e *environment, httpAddr string, o options) []string {
 		"LEDGER_API_KEYS="+soakTenant+":"+soakAPIKey,
 		"LEDGER_WEBHOOK_ALLOW_CIDRS=127.0.0.0/8",
 		"LEDGER_HTTP_ADDR="+httpAddr,
+		// Every process serves its own metrics; a free port each, so they do not collide.
+		"LEDGER_METRICS_ADDR=127.0.0.1:0",
 		"LEDGER_RETRY_BASE="+retryBase.String(),
 		"LEDGER_RETRY_CAP="+retryCap.String(),
 		fmt.Sprintf("LEDGER_MAX_ATTEMPTS=%d", maxAttempts),

@@ -16,9 +16,10 @@ type Proxy struct {
 	listener net.Listener
 	addr     string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
+	mu       sync.Mutex
+	cut      bool
+	conns    map[net.Conn]struct{}
+	accepted int
 }
 
 // NewProxy starts a proxy to the test database's host and returns it; it stops with the test.
@@ -69,6 +70,7 @@ func (p *Proxy) serve() {
 			c.Close()
 			continue
 		}
+		p.accepted++
 		p.mu.Unlock()
 		go p.pipe(c)
 	}
@@ -103,6 +105,13 @@ func (p *Proxy) pipe(client net.Conn) {
 	delete(p.conns, client)
 	delete(p.conns, server)
 	p.mu.Unlock()
+}
+
+// Accepted returns how many connections the proxy has relayed (a broker's logins, say).
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
 }
 
 // Cut drops every connection and refuses new ones until Restore.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/fairshare"
@@ -37,6 +36,9 @@ type App struct {
 	metrics  *metrics.Metrics
 	listener net.Listener
 	server   *http.Server
+	// metricsListener serves /metrics apart from the API, for every role; nil when off.
+	metricsListener net.Listener
+	probe           *amqp.Probe
 
 	queued    *commands.QueuedRecorder // the relay's; made by Run
 	relayPool *pgxpool.Pool            // the relay's connections, with asynchronous commit
@@ -165,11 +167,25 @@ func (a *App) build(ctx context.Context, policy domain.RetryPolicy) error {
 		}
 	}
 
+	if cfg.MetricsAddr != MetricsOff {
+		var err error
+		if a.metricsListener, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("listen for /metrics on %s: %w", cfg.MetricsAddr, err)
+		}
+	}
 	if a.roles["api"] {
-		return a.buildAPI(clock, policies)
+		if err := a.buildAPI(clock, policies); err != nil {
+			if a.metricsListener != nil {
+				a.metricsListener.Close()
+			}
+			return err
+		}
 	}
 	return nil
 }
+
+// MetricsOff is the --metrics-addr that serves no /metrics.
+const MetricsOff = "off"
 
 // buildAPI wires the HTTP API and opens its listener.
 func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
@@ -182,8 +198,10 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	a.batcher = postgres.NewAcceptBatcher(a.store, postgres.DefaultAcceptCommitters, postgres.DefaultAcceptBatch)
 	accept := commands.NewAcceptHandler(a.batcher, a.topology, clock, policies)
 	accept.OnAccepted = a.metrics.Accepted
+	accept.MaxFanOutBytes = a.cfg.MaxFanOutBytes
 	replay := commands.NewReplayHandler(a.store, a.topology, clock)
 	replay.OnDecided = a.metrics.Decided
+	replay.Requests = a.store
 	reconcile := commands.NewReconcileHandler(a.store, a.topology, clock, policies)
 	reconcile.OnDecided = a.metrics.Decided
 	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks()}, httpapi.Deps{
@@ -193,9 +211,10 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		Views:    a.views,
 		// An operator's decisions are rare: they go straight to the store, not through a
 		// batcher.
-		Replay:    replay,
-		Reconcile: reconcile,
-		Ready:     a.ready,
+		Replay:           replay,
+		Reconcile:        reconcile,
+		OperatorRequests: a.store,
+		Ready:            a.ready,
 	}, a.logger.With("role", "api"))
 	if err != nil {
 		a.batcher.Close()
@@ -206,24 +225,25 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		a.batcher.Close()
 		return fmt.Errorf("listen on %s: %w", a.cfg.HTTPAddr, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", a.metrics.Handler())
-	mux.Handle("/", api)
-	a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.probe = amqp.NewProbe(a.cfg.AMQPURL)
+	a.server = &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: a.cfg.HTTPReadHeaderTimeout,
+		ReadTimeout:       a.cfg.HTTPReadTimeout,
+		WriteTimeout:      a.cfg.HTTPWriteTimeout,
+		IdleTimeout:       a.cfg.HTTPIdleTimeout,
+	}
 	return nil
 }
 
-// ready checks that the database and the broker answer.
+// ready checks that the database and the broker answer; the broker over one kept connection.
 func (a *App) ready(ctx context.Context) error {
 	var errs []error
 	if err := a.pool.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("database: %w", err))
 	}
-	conn, err := amqp091.DialConfig(a.cfg.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
-	if err != nil {
+	if err := a.probe.Check(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("broker: %w", err))
-	} else {
-		conn.Close()
 	}
 	return errors.Join(errs...)
 }
@@ -234,6 +254,14 @@ func (a *App) Addr() string {
 		return ""
 	}
 	return a.listener.Addr().String()
+}
+
+// MetricsAddr is the address /metrics is served on; empty when it is off.
+func (a *App) MetricsAddr() string {
+	if a.metricsListener == nil {
+		return ""
+	}
+	return a.metricsListener.Addr().String()
 }
 
 // Topology is the broker topology the app declared (the benchmark deletes it after a run).
@@ -292,7 +320,17 @@ func (a *App) Run(ctx context.Context) error {
 		start("waiting metrics", a.watchWaiting)
 	}
 	if a.server != nil {
-		start("api", a.serveAPI)
+		start("api", func(ctx context.Context) error { return serve(ctx, a.server, a.listener, a.cfg.ShutdownTimeout) })
+		defer a.probe.Close()
+	}
+	if a.metricsListener != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.metrics.Handler())
+		metricsServer := &http.Server{Handler: mux, ReadHeaderTimeout: a.cfg.HTTPReadHeaderTimeout,
+			ReadTimeout: a.cfg.HTTPReadTimeout, WriteTimeout: a.cfg.HTTPWriteTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout}
+		start("metrics", func(ctx context.Context) error {
+			return serve(ctx, metricsServer, a.metricsListener, a.cfg.ShutdownTimeout)
+		})
 	}
 	a.logger.Info("ledger running", "roles", a.cfg.Roles, "http", a.Addr(), "amqp_prefix", a.cfg.AMQPPrefix)
 	wg.Wait()
@@ -336,15 +374,15 @@ func (a *App) startWorkers(start func(string, func(context.Context) error)) erro
 	return nil
 }
 
-// serveAPI serves HTTP until ctx ends, then shuts the server down gracefully.
-func (a *App) serveAPI(ctx context.Context) error {
+// serve serves HTTP on l until ctx ends, then shuts the server down gracefully.
+func serve(ctx context.Context, server *http.Server, l net.Listener, grace time.Duration) error {
 	go func() {
 		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
-		_ = a.server.Shutdown(shutdownCtx)
+		_ = server.Shutdown(shutdownCtx)
 	}()
-	if err := a.server.Serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+	if err := server.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -405,6 +443,9 @@ func Serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	if app.Addr() != "" {
 		fmt.Fprintf(stdout, "ledger: API listening on http://%s\n", app.Addr())
+	}
+	if app.MetricsAddr() != "" {
+		fmt.Fprintf(stdout, "ledger: metrics on http://%s/metrics\n", app.MetricsAddr())
 	}
 	return app.Run(ctx)
 }

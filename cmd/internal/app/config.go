@@ -31,6 +31,16 @@ const (
 	defaultPriorityShares    = "high=60,normal=30,low=10"
 	defaultDatabaseMaxConns  = 32
 	defaultRedriveAfter      = 10 * time.Minute
+	defaultMetricsAddr       = "127.0.0.1:9464"
+	// HTTP server timeouts. A request's headers must arrive within 10 s and the whole request
+	// within 30 s (a 1 MiB body at 35 KB/s), so a client trickling a body a byte a second holds a
+	// connection and a goroutine for 30 s, not for ever; the answer must be written within 30 s
+	// of the headers (a DLQ page of 500 replays takes a few seconds); an idle keep-alive
+	// connection is closed after 2 minutes.
+	defaultHTTPReadHeaderTimeout = 10 * time.Second
+	defaultHTTPReadTimeout       = 30 * time.Second
+	defaultHTTPWriteTimeout      = 30 * time.Second
+	defaultHTTPIdleTimeout       = 2 * time.Minute
 )
 
 // allRoles are the roles `serve` can run.
@@ -39,24 +49,31 @@ var allRoles = []string{"api", "relay", "worker", "projector"}
 // Config is every setting of the ledger. Each field is a flag and an environment variable of the
 // same name (--database-url / LEDGER_DATABASE_URL).
 type Config struct {
-	DatabaseURL       string
-	DatabaseMaxConns  int
-	AMQPURL           string
-	AMQPPrefix        string
-	HTTPAddr          string
-	APIKeys           string
-	WebhookAllowCIDRs string
-	WebhookTimeout    time.Duration
-	WorkerConcurrency int
-	RetryBase         time.Duration
-	RetryCap          time.Duration
-	MaxAttempts       int
-	RetryAfterMax     time.Duration
-	RedriveAfter      time.Duration
-	ShutdownTimeout   time.Duration
-	LogLevel          string
-	Roles             string
-	PriorityShares    string
+	DatabaseURL      string
+	DatabaseMaxConns int
+	AMQPURL          string
+	AMQPPrefix       string
+	HTTPAddr         string
+	MetricsAddr      string
+	APIKeys          string
+	// Timeouts of the HTTP server.
+	HTTPReadHeaderTimeout time.Duration
+	HTTPReadTimeout       time.Duration
+	HTTPWriteTimeout      time.Duration
+	HTTPIdleTimeout       time.Duration
+	MaxFanOutBytes        int
+	WebhookAllowCIDRs     string
+	WebhookTimeout        time.Duration
+	WorkerConcurrency     int
+	RetryBase             time.Duration
+	RetryCap              time.Duration
+	MaxAttempts           int
+	RetryAfterMax         time.Duration
+	RedriveAfter          time.Duration
+	ShutdownTimeout       time.Duration
+	LogLevel              string
+	Roles                 string
+	PriorityShares        string
 	// Backpressure at the worker–provider boundary.
 	ProviderConcurrency int
 	HostConcurrency     int
@@ -95,6 +112,12 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API listens on")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", defaultMetricsAddr, "address /metrics (Prometheus) is served on, by every role, apart from the API (off: not served)")
+	fs.DurationVar(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", defaultHTTPReadHeaderTimeout, "longest wait for a request's headers")
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest time to read a whole request, body included")
+	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", defaultHTTPWriteTimeout, "longest time from a request's headers to the end of its answer")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&c.MaxFanOutBytes, "max-fan-out-bytes", commands.DefaultMaxFanOutBytes, "most bytes one accept may fan out: the payload's size times its recipients")
 	fs.StringVar(&c.APIKeys, "api-keys", "", "comma-separated tenant:key pairs; requests need the header Authorization: Bearer KEY")
 	fs.StringVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", "", "CIDRs the webhook SSRF guard lets through (empty: public addresses only)")
 	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", defaultWebhookTimeout, "timeout of one webhook call")
@@ -139,6 +162,21 @@ func (c *Config) Validate() error {
 	}
 	if c.ProjectorPollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--projector-poll-interval %s is not positive", c.ProjectorPollInterval))
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--http-read-header-timeout", c.HTTPReadHeaderTimeout}, {"--http-read-timeout", c.HTTPReadTimeout},
+		{"--http-write-timeout", c.HTTPWriteTimeout}, {"--http-idle-timeout", c.HTTPIdleTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s is not positive", d.flag, d.v))
+		}
+	}
+	if c.MaxFanOutBytes < 1 {
+		errs = append(errs, fmt.Errorf("--max-fan-out-bytes %d is below 1", c.MaxFanOutBytes))
+	}
+	if c.MetricsAddr == "" {
+		errs = append(errs, errors.New("--metrics-addr is empty (off turns /metrics off)"))
 	}
 	if c.ProviderConcurrency < ProviderDefault {
 		errs = append(errs, fmt.Errorf("--provider-concurrency %d: want -1 (the provider's default), 0 (unlimited) or a cap", c.ProviderConcurrency))

@@ -127,6 +127,7 @@ func testConfig(t *testing.T, schema *pgtest.Schema) Config {
 	cfg.AMQPURL = amqptest.URL()
 	cfg.AMQPPrefix = amqptest.Prefix()
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.APIKeys = "acme:acme-key,globex:globex-key"
 	cfg.WebhookAllowCIDRs = "127.0.0.0/8"
 	cfg.WebhookTimeout = 2 * time.Second

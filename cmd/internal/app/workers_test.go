@@ -364,7 +364,7 @@ func TestMetricsExposeTheSignals(t *testing.T) {
 
 func (b *e2eBundle) metricsText(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get(b.base + "/metrics")
+	resp, err := http.Get("http://" + b.app.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

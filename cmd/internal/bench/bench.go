@@ -162,6 +162,7 @@ func newBenchEnv(ctx context.Context, base app.Config, logs io.Writer, name, rol
 	cfg.DatabaseURL = env.url
 	cfg.AMQPPrefix = env.prefix
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.MetricsAddr = app.MetricsOff
 	cfg.Roles = roles
 	cfg.APIKeys = "bench:bench-key"
 	cfg.WebhookAllowCIDRs = "127.0.0.0/8"
