@@ -163,6 +163,21 @@ func WithPayloadApart(e Event, sha256 string) (Event, error) {
 	return e, nil
 }
 
+// WithPayloadInline is the inverse of WithPayloadApart: the accepted event e with payload back in
+// its data.
+func WithPayloadInline(e Event, payload json.RawMessage) (Event, error) {
+	if e.Type != EventAccepted {
+		return e, fmt.Errorf("event %d of %s is %s, not %s", e.Version, e.DeliveryID, e.Type, EventAccepted)
+	}
+	var a Accepted
+	if err := json.Unmarshal(e.Data, &a); err != nil {
+		return e, fmt.Errorf("event %d of %s: %w", e.Version, e.DeliveryID, err)
+	}
+	a.Payload, a.PayloadSHA256 = payload, ""
+	e.Data = encode(a)
+	return e, nil
+}
+
 func encode(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -1,9 +1,11 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,26 +56,82 @@ const eventsExistingKeys = `SELECT count(*) FROM events WHERE idempotency_key = 
 
 const eventColumns = `delivery_id::text, tenant, version, type, idempotency_key, data, recorded_at, position`
 
-// eventsWithPayloads reads events with the payload of an accepted event that keeps it apart
-// (payloadsInsert) put back into its data, so a loaded stream is the stream as the domain
-// recorded it. Readers that need no payload (the projections) read the events alone.
-const (
-	eventsPayloadColumns = `e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
-	CASE WHEN p.payload IS NULL THEN e.data
-	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
-	e.recorded_at, e.position`
-	eventsPayloadJoin = `FROM events e LEFT JOIN notification_payloads p
-	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'`
-	eventsWithPayloads = `SELECT ` + eventsPayloadColumns + ` ` + eventsPayloadJoin
-)
-
-const eventsByDelivery = eventsWithPayloads + ` WHERE e.delivery_id = $1 ORDER BY e.version`
+// eventsByDelivery and the other stream loads read the events as stored; attachPayloads then
+// puts back the payloads kept apart, with a second query only when a stream has one.
+const eventsByDelivery = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = $1 ORDER BY version`
 
 // eventsByDeliveryOf is eventsByDelivery for one tenant: another tenant's stream and no stream
 // cost the same index probe and return the same nothing.
-const eventsByDeliveryOf = eventsWithPayloads + ` WHERE e.delivery_id = $1 AND e.tenant = $2 ORDER BY e.version`
+const eventsByDeliveryOf = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = $1 AND tenant = $2 ORDER BY version`
 
-const eventsByDeliveries = eventsWithPayloads + ` WHERE e.delivery_id = ANY($1::uuid[]) ORDER BY e.delivery_id, e.version`
+const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, version`
+
+// payloadsByNotification reads payloads kept apart.
+const payloadsByNotification = `SELECT notification_id, payload FROM notification_payloads WHERE notification_id = ANY($1::text[])`
+
+// payloadApart is the field an accepted event that keeps its payload apart has in its data: a
+// cheap search for it skips the decode of every other loaded event.
+const payloadApart = `"payload_sha256"`
+
+// apartRef returns the notification whose payload an accepted event keeps apart, or "".
+func apartRef(e domain.Event) string {
+	if e.Type != domain.EventAccepted || !bytes.Contains(e.Data, []byte(payloadApart)) {
+		return ""
+	}
+	// The name may also stand inside a payload kept inline: only the top-level field counts.
+	var a struct {
+		NotificationID string `json:"notification_id"`
+		PayloadSHA256  string `json:"payload_sha256"`
+	}
+	if json.Unmarshal(e.Data, &a) != nil || a.PayloadSHA256 == "" {
+		return ""
+	}
+	return a.NotificationID
+}
+
+// attachPayloads puts the payload back into every accepted event that keeps it apart, so a loaded
+// stream is the stream as the domain recorded it. Streams without one (every single-recipient
+// notification) cost nothing more; the others one query for all of them.
+func (s *EventStore) attachPayloads(ctx context.Context, events []domain.Event) error {
+	refs := map[int]string{}
+	var ids []string
+	for i, e := range events {
+		if id := apartRef(e); id != "" {
+			refs[i] = id
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, payloadsByNotification, ids)
+	if err != nil {
+		return fmt.Errorf("load payloads: %w", err)
+	}
+	payloads := map[string][]byte{}
+	for rows.Next() {
+		var id string
+		var payload []byte
+		if err := rows.Scan(&id, &payload); err != nil {
+			rows.Close()
+			return fmt.Errorf("load payloads: %w", err)
+		}
+		payloads[id] = payload
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load payloads: %w", err)
+	}
+	for i, id := range refs {
+		payload, ok := payloads[id]
+		if !ok {
+			return fmt.Errorf("delivery %s: the payload of notification %s is missing", events[i].DeliveryID, id)
+		}
+		if events[i], err = domain.WithPayloadInline(events[i], payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // payloadsInsert keeps each accepted notification's payload once (migration 0007).
 const payloadsInsert = `INSERT INTO notification_payloads (notification_id, tenant, sha256, payload)
@@ -86,10 +144,17 @@ type payloadRows struct {
 }
 
 // apart returns the record's events with the accepted ones keeping their payload apart, and
-// adds the notification's payload row to rows. A record without a payload keeps its events as
-// they are.
+// adds the notification's payload row to rows, for a notification of several deliveries: one
+// delivery keeps its payload inline, which is as compact and costs no second read. A record
+// without a payload keeps its events as they are.
 func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error) {
-	if len(rec.Payload) == 0 {
+	accepted := 0
+	for _, e := range rec.Events {
+		if e.Type == domain.EventAccepted {
+			accepted++
+		}
+	}
+	if len(rec.Payload) == 0 || accepted < 2 {
 		return rec.Events, nil
 	}
 	sum := sha256.Sum256(rec.Payload)
@@ -230,6 +295,9 @@ func (s *EventStore) load(ctx context.Context, deliveryID, query string, args ..
 	if len(events) == 0 {
 		return nil, commands.ErrNotFound
 	}
+	if err := s.attachPayloads(ctx, events); err != nil {
+		return nil, err
+	}
 	return events, nil
 }
 
@@ -249,6 +317,9 @@ func (s *EventStore) LoadMany(ctx context.Context, ids []string) (map[string][]d
 	events, err := pgx.CollectRows(rows, scanEvent)
 	if err != nil {
 		return nil, fmt.Errorf("load %d streams: %w", len(valid), err)
+	}
+	if err := s.attachPayloads(ctx, events); err != nil {
+		return nil, err
 	}
 	out := make(map[string][]domain.Event, len(valid))
 	for _, e := range events {

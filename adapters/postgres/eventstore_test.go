@@ -669,7 +669,7 @@ func TestWritesReuseGenericPlansLookupsDoNot(t *testing.T) {
 	if generic, custom := plans("INSERT INTO events"); generic == 0 {
 		t.Errorf("event inserts: %d generic and %d custom plans, want generic plans after the first few", generic, custom)
 	}
-	if generic, custom := plans("SELECT e.delivery_id::text"); generic != 0 || custom < 12 {
+	if generic, custom := plans("SELECT delivery_id::text"); generic != 0 || custom < 12 {
 		t.Errorf("stream loads: %d generic and %d custom plans, want a custom plan every time", generic, custom)
 	}
 	var mode string
@@ -843,31 +843,73 @@ func TestMigratingBelowPayloadsApartKeepsThePayloads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, events := acceptedEvents(t)
 	notification := uuid.NewString()
-	var a domain.Accepted
-	if err := json.Unmarshal(events[0].Data, &a); err != nil {
-		t.Fatal(err)
-	}
-	a.NotificationID = notification
-	events[0].Data, _ = json.Marshal(a)
 	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "down-1", RequestHash: []byte("h"), NotificationID: notification,
-		Payload: a.Payload, Events: events, Response: []byte(`{}`)}
+		Payload: []byte(`{"a": 1}`), Response: []byte(`{}`)}
+	for range 2 { // a fan-out: the payload is kept apart
+		_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", NotificationID: notification,
+			Channel: "webhook", Recipient: "https://example.com/" + uuid.NewString(), Payload: json.RawMessage(`{"a": 1}`),
+			Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Events = append(rec.Events, events...)
+	}
 	if _, _, err := b.store.RecordAccept(ctx, rec); err != nil {
 		t.Fatal(err)
+	}
+	apart := func() int {
+		t.Helper()
+		var n int
+		if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE data ? 'payload_sha256'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := apart(); n != 2 {
+		t.Fatalf("%d accepted events keep their payload apart, want 2", n)
 	}
 	if _, err := postgres.Migrate(ctx, b.schema.Pool, 6, nil); err != nil {
 		t.Fatal(err)
 	}
-	var data string
-	if err := b.schema.Pool.QueryRow(ctx, `SELECT data::text FROM events WHERE delivery_id = $1`, events[0].DeliveryID).Scan(&data); err != nil {
+	var inline int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE data->'payload' = '{"a": 1}'::jsonb AND NOT data ? 'payload_sha256'`).Scan(&inline); err != nil {
 		t.Fatal(err)
 	}
-	var back domain.Accepted
-	if err := json.Unmarshal([]byte(data), &back); err != nil || string(back.Payload) != `{"a": 1}` || back.PayloadSHA256 != "" {
-		t.Fatalf("after migrating down the accepted event's data is %s, want the payload back inline", data)
+	if inline != 2 {
+		t.Fatalf("after migrating down %d accepted events carry their payload, want 2", inline)
 	}
 	if _, err := postgres.Migrate(ctx, b.schema.Pool, -1, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAPayloadNamingTheMarkerIsItsOwn: a payload kept inline that happens to hold a
+// payload_sha256 member of its own loads as it is.
+func TestAPayloadNamingTheMarkerIsItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	payload := json.RawMessage(`{"payload_sha256": "mine", "notification_id": "also mine"}`)
+	_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", NotificationID: uuid.NewString(),
+		Channel: "webhook", Recipient: "https://example.com/h", Payload: payload, Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.store.RecordAccept(ctx, commands.AcceptRecord{Tenant: "acme", RequestKey: "marker", RequestHash: []byte("h"),
+		Payload: payload, Events: events, Response: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.Load(ctx, events[0].DeliveryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := domain.Rehydrate(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own map[string]string
+	if err := json.Unmarshal(d.Payload(), &own); err != nil || own["payload_sha256"] != "mine" || own["notification_id"] != "also mine" {
+		t.Fatalf("payload %s (%v), want the caller's own", d.Payload(), err)
 	}
 }

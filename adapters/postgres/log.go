@@ -26,7 +26,12 @@ type LogRange struct {
 // ORDER BY names the table's columns, not the text output column transaction_id. Accepted
 // events come with their payload, as Load gives them.
 const (
-	eventsExport = `SELECT ` + eventsPayloadColumns + `, e.transaction_id::text ` + eventsPayloadJoin + `
+	eventsExport = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
+	CASE WHEN p.payload IS NULL THEN e.data
+	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
+	e.recorded_at, e.position, e.transaction_id::text
+FROM events e LEFT JOIN notification_payloads p
+	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'
 WHERE ($1::timestamptz IS NULL OR e.recorded_at >= $1)
   AND ($2::timestamptz IS NULL OR e.recorded_at < $2)
 ORDER BY e.transaction_id, e.position`
