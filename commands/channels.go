@@ -32,6 +32,10 @@ type Channel struct {
 	Destination func(recipient string) string
 	// ProviderLimit is the default limit of each of the channel's providers, in one process.
 	ProviderLimit Limit
+	// DestinationLimit, when it limits anything, is the default limit of each destination of
+	// each of the channel's providers (one chat of a Telegram bot); the zero Limit leaves the
+	// destinations to the process-wide per-host rule.
+	DestinationLimit Limit
 }
 
 // Check validates one recipient of a channel and the payload it would be sent.

@@ -9,8 +9,9 @@ import (
 )
 
 // DeferAttempt holds a queued attempt back (a rate limit or a concurrency cap said no): it
-// records EventDeferred and sends the message through a delay tier, in one transaction. No
-// attempt is consumed.
+// records EventDeferred and sends the message through a short delay queue of its own (not the
+// retry tiers, whose shortest is seconds), in one transaction, with the "until" it records the
+// time the message comes back. No attempt is consumed.
 type DeferAttempt struct {
 	Message WorkMessage
 	Reason  string
@@ -36,7 +37,8 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 	var deferred bool
 	_, err := decide(ctx, h.store, id, nil, fmt.Sprintf("defer attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
-		until := now.Add(cmd.Delay)
+		topic, waits := h.topics.Defer(d.Channel(), cmd.Delay)
+		until := now.Add(waits)
 		var toAppend []domain.Event
 		if awaitsQueue(d, attempt) {
 			queued, err := d.Queue(now)
@@ -53,7 +55,7 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 		if err != nil {
 			return decision{}, err
 		}
-		msg, err := workMessageFor(d, h.topics.Retry(d.Channel(), cmd.Delay), attempt, until, held[0].Key, false)
+		msg, err := workMessageFor(d, topic, attempt, until, held[0].Key, false)
 		if err != nil {
 			return decision{}, err
 		}

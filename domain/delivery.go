@@ -255,6 +255,7 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 		StatusCode:          o.StatusCode,
 		LatencyMS:           float64(o.Latency.Microseconds()) / 1000,
 		ProviderOperationID: o.ProviderOperationID,
+		ProviderCode:        o.ProviderCode,
 	}
 	key := KeyAttemptOutcome(d.id, attempt)
 	switch o.Kind {

@@ -84,6 +84,8 @@ type AttemptResult struct {
 	StatusCode          int        `json:"status_code,omitempty"`
 	LatencyMS           float64    `json:"latency_ms"`
 	ProviderOperationID string     `json:"provider_operation_id,omitempty"`
+	// ProviderCode is the provider's own code for its answer (see Outcome.ProviderCode).
+	ProviderCode string `json:"provider_code,omitempty"`
 	// Exhausted is set on EventDeadLettered when the attempts ran out.
 	Exhausted bool `json:"exhausted,omitempty"`
 	// NextAttemptAt is set on EventRetryScheduled.

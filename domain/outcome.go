@@ -41,6 +41,9 @@ type Outcome struct {
 	StatusCode          int
 	Latency             time.Duration
 	ProviderOperationID string
+	// ProviderCode is the provider's own code for the answer, kept with the attempt for audit:
+	// an SMTP reply and enhanced code ("550 5.1.1"), a Telegram error_code, a Twilio error code.
+	ProviderCode string
 	// RetryAfter is the provider's requested wait (Retry-After), zero if none.
 	RetryAfter time.Duration
 	Err        string

@@ -24,6 +24,7 @@ import (
 //	<prefix>.<channel>.high         work queue of high priority
 //	<prefix>.<channel>.low          work queue of low priority
 //	<prefix>.<channel>.retry.<tier> delay tier: queue TTL = tier, then dead-letters to the return exchange
+//	<prefix>.<channel>.defer.<wait> short wait of a deferral (DeferWaits), likewise
 //	<prefix>.<channel>.return       headers exchange: routes an expired delay message back to the
 //	                                work queue of its priority (header ledger_priority)
 //	<prefix>.<channel>.dead         dead queue, bound to <prefix>.dlx
@@ -78,6 +79,29 @@ func (t Topology) ReturnExchange(channel string) string { return t.Prefix + "." 
 // Dead is the dead queue of a channel.
 func (t Topology) Dead(channel string) string { return t.Prefix + "." + channel + ".dead" }
 
+// DeferWaits are the waits of deferred messages (a limit held them back): short, because a slot
+// frees when a call ends and a token bucket refills in a fraction of a second, and separate from
+// the retry tiers, whose shortest is the retry policy's base (30 s by default).
+var DeferWaits = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+
+// Defer is the wait queue for a deferral of at least delay, and how long it holds a message;
+// a delay beyond the longest wait comes back early and goes round again.
+func (t Topology) Defer(channel string, delay time.Duration) (string, time.Duration) {
+	waits := DeferWaits[len(DeferWaits)-1]
+	for _, w := range DeferWaits {
+		if w >= delay {
+			waits = w
+			break
+		}
+	}
+	return t.deferQueue(channel, waits), waits
+}
+
+func (t Topology) deferQueue(channel string, wait time.Duration) string {
+	return t.Prefix + "." + channel + ".defer." + FormatTier(wait)
+}
+
 // Tier returns the smallest tier that is at least delay (or the largest tier).
 func (t Topology) Tier(delay time.Duration) time.Duration {
 	for _, tier := range t.Tiers {
@@ -127,6 +151,9 @@ func (t Topology) Queues() []string {
 		qs = append(qs, t.Dead(ch))
 		for _, tier := range t.Tiers {
 			qs = append(qs, t.retryQueue(ch, tier))
+		}
+		for _, w := range DeferWaits {
+			qs = append(qs, t.deferQueue(ch, w))
 		}
 	}
 	return qs
@@ -203,6 +230,14 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 		for _, tier := range t.Tiers {
 			if err := declare(t.retryQueue(channel, tier), amqp091.Table{
 				"x-message-ttl":          tier.Milliseconds(),
+				"x-dead-letter-exchange": ret,
+			}); err != nil {
+				return kept, err
+			}
+		}
+		for _, w := range DeferWaits {
+			if err := declare(t.deferQueue(channel, w), amqp091.Table{
+				"x-message-ttl":          w.Milliseconds(),
 				"x-dead-letter-exchange": ret,
 			}); err != nil {
 				return kept, err

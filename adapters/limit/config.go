@@ -85,9 +85,15 @@ type Config struct {
 	// Providers holds a rule per provider name. A provider without an entry is unlimited, but
 	// its calls are still counted for InFlight.
 	Providers map[string]Rule
-	// DefaultHost applies to every destination host without an entry in Hosts. Each host gets its
-	// own counters and bucket: the rule is a template, not a shared budget.
+	// DefaultHost applies to every destination host without an entry in Hosts, for providers
+	// without a rule in Destinations. Each host gets its own counters and bucket: the rule is a
+	// template, not a shared budget, and one host's entry is shared by every such provider, so
+	// its cap holds whichever channel calls it.
 	DefaultHost Rule
+	// Destinations holds, per provider, the rule of each of its destinations, in place of
+	// DefaultHost: a Telegram bot may send one message a second to each chat. A provider's
+	// destinations then have entries of their own, not shared with other providers.
+	Destinations map[string]Rule
 	// Hosts overrides DefaultHost for the hosts it names. Keys are written the way HostOf returns
 	// hosts (lowercase, non-default port kept: "api.example.com", "example.com:8443"); New
 	// lowercases them so that a capital letter does not silently disable an override. It is the
@@ -100,8 +106,9 @@ type Config struct {
 // constants for why), and an empty Providers map for the providers' own defaults.
 func DefaultConfig() Config {
 	return Config{
-		Providers:   map[string]Rule{},
-		DefaultHost: Rule{Concurrency: DefaultHostConcurrency, Rate: DefaultHostRate},
+		Providers:    map[string]Rule{},
+		DefaultHost:  Rule{Concurrency: DefaultHostConcurrency, Rate: DefaultHostRate},
+		Destinations: map[string]Rule{},
 	}
 }
 
@@ -116,6 +123,12 @@ func (c Config) Validate() error {
 		problems = append(problems, r.validate(fmt.Sprintf("provider %q", name))...)
 	}
 	problems = append(problems, c.DefaultHost.validate("default host")...)
+	for name, r := range c.Destinations {
+		if name == "" {
+			problems = append(problems, errors.New("destination rule with an empty provider name"))
+		}
+		problems = append(problems, r.validate(fmt.Sprintf("destinations of provider %q", name))...)
+	}
 	seen := make(map[string]string, len(c.Hosts))
 	for host, r := range c.Hosts {
 		key := canonicalHost(host)

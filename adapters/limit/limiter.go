@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/deliveryledger/ledger/commands"
 )
 
 // ConcurrencyRetryAfter is the delay Acquire suggests when a concurrency cap refuses. A slot
@@ -48,6 +50,8 @@ type Limiter struct {
 	providerRules map[string]Rule
 	defaultHost   Rule
 	hostRules     map[string]Rule
+	// destRules are the providers' own destination rules (Config.Destinations).
+	destRules map[string]Rule
 
 	mu sync.Mutex
 	// providers holds an entry per provider name seen, kept for ever: provider names come from
@@ -102,6 +106,7 @@ func New(cfg Config, now func() time.Time) (*Limiter, error) {
 		providerRules: make(map[string]Rule, len(cfg.Providers)),
 		defaultHost:   cfg.DefaultHost.withDefaults(),
 		hostRules:     make(map[string]Rule, len(cfg.Hosts)),
+		destRules:     make(map[string]Rule, len(cfg.Destinations)),
 		providers:     make(map[string]*gate),
 		hosts:         make(map[string]*gate),
 		sweepAt:       minSweepSize,
@@ -114,8 +119,13 @@ func New(cfg Config, now func() time.Time) (*Limiter, error) {
 	for host, r := range cfg.Hosts {
 		l.hostRules[canonicalHost(host)] = r.withDefaults()
 	}
+	for provider, r := range cfg.Destinations {
+		l.destRules[provider] = r.withDefaults()
+	}
 	return l, nil
 }
+
+var _ commands.Limiter = (*Limiter)(nil)
 
 // Acquire asks whether a call of provider to host may start now; host is what HostOf returns
 // for the recipient, and "" applies the provider's rule only. It never blocks.
@@ -131,7 +141,7 @@ func (l *Limiter) Acquire(provider, host string) (release func(), ok bool, retry
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	gates := [2]*gate{l.providerGate(provider), l.hostGate(host, now)}
+	gates := [2]*gate{l.providerGate(provider), l.hostGate(provider, host, now)}
 
 	// Concurrency first: checking it takes nothing, so a refusal needs nothing undone.
 	for _, g := range gates {
@@ -215,17 +225,28 @@ func (l *Limiter) providerGate(provider string) *gate {
 	return g
 }
 
-// hostGate returns the host's entry, creating it on first use, or nil when no rule limits the
-// host. Adding an entry may first sweep idle ones (see Limiter). The caller holds l.mu.
-func (l *Limiter) hostGate(host string, now time.Time) *gate {
+// hostGate returns the destination's entry, creating it on first use, or nil when no rule
+// limits it. A destination of a provider with its own destination rule has an entry of its own
+// (keyed by provider and destination); any other is shared by every provider that calls it.
+// Adding an entry may first sweep idle ones (see Limiter). The caller holds l.mu.
+func (l *Limiter) hostGate(provider, host string, now time.Time) *gate {
 	if host == "" {
 		return nil
 	}
-	if g := l.hosts[host]; g != nil {
+	own, hasOwn := l.destRules[provider]
+	key, name := host, "host "+host
+	if hasOwn {
+		key, name = provider+"\x00"+host, "provider "+provider+" destination "+host
+	}
+	if g := l.hosts[key]; g != nil {
 		return g
 	}
 	r, ok := l.hostRules[host]
-	if !ok {
+	switch {
+	case ok:
+	case hasOwn:
+		r = own
+	default:
 		r = l.defaultHost
 	}
 	if !r.limits() {
@@ -234,8 +255,8 @@ func (l *Limiter) hostGate(host string, now time.Time) *gate {
 	if len(l.hosts) >= l.sweepAt {
 		l.sweep(now)
 	}
-	g := newGate("host "+host, r)
-	l.hosts[host] = g
+	g := newGate(name, r)
+	l.hosts[key] = g
 	return g
 }
 

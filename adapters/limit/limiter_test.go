@@ -486,3 +486,31 @@ func absDiff(a, b time.Duration) time.Duration {
 	}
 	return b - a
 }
+
+// TestProviderDestinationRules: a provider with its own destination rule (a bot's one message a
+// second per chat) limits each of its destinations on its own entry, leaves other providers'
+// calls to the same destination to theirs, and an operator's host rule still wins.
+func TestProviderDestinationRules(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{
+		DefaultHost:  Rule{Concurrency: 1},
+		Destinations: map[string]Rule{"bot": {Rate: 1, Burst: 1}},
+		Hosts:        map[string]Rule{"vip": {Rate: 10, Burst: 2}},
+	})
+	b.mustAcquire(t, "bot", "chat-1")()
+	_, reason := b.mustRefuse(t, "bot", "chat-1")
+	if want := "provider bot destination chat-1 rate 1/s"; reason != want {
+		t.Errorf("reason = %q, want %q", reason, want)
+	}
+	b.mustAcquire(t, "bot", "chat-2")() // another chat has its own bucket
+	// The same destination of another provider follows the default host rule, on its own entry.
+	held := b.mustAcquire(t, "webhook", "chat-1")
+	b.mustRefuse(t, "webhook", "chat-1")
+	held()
+	// The operator's rule for a destination wins over the provider's.
+	b.mustAcquire(t, "bot", "vip")()
+	b.mustAcquire(t, "bot", "vip")()
+	b.mustRefuse(t, "bot", "vip")
+	b.clock.advance(time.Second)
+	b.mustAcquire(t, "bot", "chat-1")()
+}

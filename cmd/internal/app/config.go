@@ -224,8 +224,12 @@ func (c *Config) limiter(channels *commands.Channels) (*limit.Limiter, error) {
 		if c.ProviderConcurrency != ProviderDefault {
 			rule.Concurrency = c.ProviderConcurrency
 		}
+		dest := limit.Rule(ch.DestinationLimit)
 		for _, p := range ch.Providers {
 			cfg.Providers[p.Provider()] = rule
+			if dest != (limit.Rule{}) {
+				cfg.Destinations[p.Provider()] = dest
+			}
 		}
 	}
 	cfg.DefaultHost.Concurrency = c.HostConcurrency

@@ -445,3 +445,49 @@ func TestReplayedDeadDeliveryIsDelivered(t *testing.T) {
 		t.Errorf("/metrics lacks %s", want)
 	}
 }
+
+// TestDeferralWaitsWhatItRecords: a delivery a concurrency cap holds back comes back when its
+// history says it will (its deferred event's until), within tens of milliseconds, and not at the
+// retry policy's first tier (30 s by default): a history that says 500 ms must mean 500 ms.
+func TestDeferralWaitsWhatItRecords(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "", func(c *Config) {
+		c.RetryBase, c.RetryCap = 30*time.Second, 30*time.Minute // the product's tiers
+		c.WorkerConcurrency = 4
+		c.HostConcurrency = 1
+	})
+	b.sink.script(func(*http.Request, int) (int, http.Header) {
+		time.Sleep(150 * time.Millisecond) // holds the host's only slot a while
+		return http.StatusOK, nil
+	})
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, b.accept(t, fmt.Sprintf("defer-%d", i), b.sink.URL+"/one-host", domain.PriorityNormal))
+	}
+	for _, id := range ids {
+		b.waitState(t, id, domain.StateDelivered, 15*time.Second)
+	}
+	deferrals := 0
+	for _, id := range ids {
+		events := b.history(t, id)
+		for i, e := range events {
+			if e.Type != string(domain.EventDeferred) {
+				continue
+			}
+			deferrals++
+			var d domain.Deferred
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			next := events[i+1].RecordedAt
+			if early, late := d.Until.Sub(next), next.Sub(d.Until); early > 20*time.Millisecond || late > 500*time.Millisecond {
+				t.Fatalf("deferred until %s (%s after the deferral), next event %s at %s: the history does not say when it came back",
+					d.Until.Format(time.StampMilli), d.Until.Sub(e.RecordedAt), events[i+1].Type, next.Format(time.StampMilli))
+			}
+		}
+	}
+	if deferrals == 0 {
+		t.Fatal("no delivery was deferred: the cap did not bite")
+	}
+	t.Logf("%d deferrals, each back within its recorded wait", deferrals)
+}
