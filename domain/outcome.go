@@ -1,7 +1,10 @@
 package domain
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -49,12 +52,16 @@ type Outcome struct {
 	Err        string
 }
 
-// RetryPolicy decides how often and when a transiently failed delivery is tried again.
+// RetryPolicy decides how often and when a transiently failed delivery is tried again: either
+// exponentially (Base, Cap, full jitter) or by an explicit Schedule of delays.
 type RetryPolicy struct {
 	// Base is the ceiling of the first retry delay; each further attempt doubles it.
 	Base time.Duration
 	// Cap bounds the delay ceiling.
 	Cap time.Duration
+	// Schedule, when set, replaces Base and Cap: the delays after attempt 1, 2, ..., used as
+	// they are (no jitter). A schedule of n delays means n+1 attempts, then dead.
+	Schedule []time.Duration
 	// MaxAttempts is the number of attempts in one cycle, the first included: the default and
 	// the most a request may ask for, fixed on each delivery at acceptance.
 	MaxAttempts int
@@ -75,11 +82,20 @@ func DefaultRetryPolicy() RetryPolicy {
 	return RetryPolicy{Base: DefaultRetryBase, Cap: DefaultRetryCap, MaxAttempts: DefaultMaxAttempts, RetryAfterMax: DefaultRetryAfterMax}
 }
 
+// ScheduleOf returns the exponential-free policy of explicit delays: a schedule of n delays
+// allows n+1 attempts.
+func ScheduleOf(delays []time.Duration, retryAfterMax time.Duration) RetryPolicy {
+	return RetryPolicy{Schedule: delays, MaxAttempts: len(delays) + 1, RetryAfterMax: retryAfterMax}
+}
+
 // Ceiling is the largest delay after the given failed attempt (1-based): Base·2^(attempt-1),
-// bounded by Cap.
+// bounded by Cap; with a Schedule, the schedule's delay for that attempt (its last one beyond).
 func (p RetryPolicy) Ceiling(attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
+	}
+	if len(p.Schedule) > 0 {
+		return p.Schedule[min(attempt, len(p.Schedule))-1]
 	}
 	d := float64(p.Base) * math.Pow(2, float64(attempt-1))
 	// >=, not >: float64(math.MaxInt64) rounds up to 2^63, which time.Duration cannot hold, so a
@@ -95,6 +111,9 @@ func (p RetryPolicy) Ceiling(attempt int) time.Duration {
 // provider's Retry-After (bounded by RetryAfterMax) wins when it is longer.
 func (p RetryPolicy) NextAttemptAt(attempt int, now time.Time, jitter float64, retryAfter time.Duration) time.Time {
 	delay := time.Duration(jitter * float64(p.Ceiling(attempt)))
+	if len(p.Schedule) > 0 {
+		delay = p.Ceiling(attempt) // an explicit schedule is kept as written
+	}
 	if p.RetryAfterMax > 0 && retryAfter > p.RetryAfterMax {
 		retryAfter = p.RetryAfterMax
 	}
@@ -104,8 +123,14 @@ func (p RetryPolicy) NextAttemptAt(attempt int, now time.Time, jitter float64, r
 	return now.Add(delay)
 }
 
-// Tiers are the delay queues that follow from the policy: Base·2^k up to and including Cap.
+// Tiers are the delay queues that follow from the policy: Base·2^k up to and including Cap, or
+// the schedule's distinct delays, ascending.
 func (p RetryPolicy) Tiers() []time.Duration {
+	if len(p.Schedule) > 0 {
+		tiers := slices.Clone(p.Schedule)
+		slices.Sort(tiers)
+		return slices.Compact(tiers)
+	}
 	var tiers []time.Duration
 	for d := p.Base; d > 0; d *= 2 {
 		if d >= p.Cap {
@@ -120,4 +145,31 @@ func (p RetryPolicy) Tiers() []time.Duration {
 		}
 	}
 	return tiers
+}
+
+// Validate reports every problem of the policy at once.
+func (p RetryPolicy) Validate() error {
+	var problems []error
+	if len(p.Schedule) > 0 {
+		if p.Base != 0 || p.Cap != 0 {
+			problems = append(problems, errors.New("a schedule and base/cap exclude each other"))
+		}
+		for i, d := range p.Schedule {
+			if d <= 0 {
+				problems = append(problems, fmt.Errorf("schedule[%d] %s is not positive", i, d))
+			}
+		}
+		if p.MaxAttempts > len(p.Schedule)+1 {
+			problems = append(problems, fmt.Errorf("max attempts %d exceeds the %d attempts a schedule of %d delays allows", p.MaxAttempts, len(p.Schedule)+1, len(p.Schedule)))
+		}
+	} else if p.Base <= 0 || p.Cap < p.Base {
+		problems = append(problems, fmt.Errorf("base %s and cap %s: need 0 < base <= cap", p.Base, p.Cap))
+	}
+	if p.MaxAttempts < 1 {
+		problems = append(problems, fmt.Errorf("max attempts %d is below 1", p.MaxAttempts))
+	}
+	if p.RetryAfterMax < 0 {
+		problems = append(problems, fmt.Errorf("retry-after max %s is negative", p.RetryAfterMax))
+	}
+	return errors.Join(problems...)
 }

@@ -214,3 +214,47 @@ func TestRetryAfterIsBoundedByRetryAfterMax(t *testing.T) {
 		t.Fatalf("Retry-After 30m: next at %s, want now+30m", got.Sub(now))
 	}
 }
+
+// TestExplicitSchedule: a schedule's delays are used as written (no jitter), its tiers are its
+// distinct delays, and n delays mean n+1 attempts, then dead.
+func TestExplicitSchedule(t *testing.T) {
+	t.Parallel()
+	p := ScheduleOf([]time.Duration{20 * time.Millisecond, 40 * time.Millisecond}, time.Hour)
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for attempt, want := range map[int]time.Duration{1: 20 * time.Millisecond, 2: 40 * time.Millisecond, 3: 40 * time.Millisecond} {
+		for _, jitter := range []float64{0, 0.5, 0.99} {
+			if got := p.NextAttemptAt(attempt, testNow, jitter, 0).Sub(testNow); got != want {
+				t.Errorf("attempt %d, jitter %v: delay %s, want %s", attempt, jitter, got, want)
+			}
+		}
+	}
+	if got := p.NextAttemptAt(1, testNow, 0, time.Second).Sub(testNow); got != time.Second {
+		t.Errorf("a longer Retry-After: delay %s, want 1s", got)
+	}
+	if got := (RetryPolicy{Schedule: []time.Duration{time.Minute, time.Second, time.Minute}}).Tiers(); !slices.Equal(got, []time.Duration{time.Second, time.Minute}) {
+		t.Errorf("tiers %v, want [1s 1m]", got)
+	}
+	spec := validSpec()
+	spec.MaxAttempts = p.MaxAttempts
+	s := processing(t, spec)
+	for i := 1; i <= 2; i++ {
+		s.add(t)(s.d.RecordOutcome(s.d.Attempt(), Outcome{Kind: OutcomeTransient}, p, testNow, 0))
+		if s.d.State() != StateRetrying {
+			t.Fatalf("after failure %d: %s, want retrying", i, s.d.State())
+		}
+		s.add(t)(s.d.Queue(testNow))
+		s.add(t)(s.d.StartAttempt("webhook", testNow))
+	}
+	s.add(t)(s.d.RecordOutcome(s.d.Attempt(), Outcome{Kind: OutcomeTransient}, p, testNow, 0))
+	if s.d.State() != StateDead || s.d.Attempt() != 3 {
+		t.Fatalf("after the third failure: %s at attempt %d, want dead at 3", s.d.State(), s.d.Attempt())
+	}
+	for _, bad := range []RetryPolicy{{Schedule: []time.Duration{0}, MaxAttempts: 2}, {Schedule: []time.Duration{time.Second}, Base: time.Second, MaxAttempts: 2},
+		{Schedule: []time.Duration{time.Second}, MaxAttempts: 3}, {Base: time.Second, Cap: time.Millisecond, MaxAttempts: 1}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v: Validate accepted it", bad)
+		}
+	}
+}

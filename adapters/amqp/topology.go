@@ -34,8 +34,19 @@ import (
 type Topology struct {
 	Prefix   string
 	Channels []string
-	// Tiers are the delay queues' TTLs, ascending (see domain.RetryPolicy.Tiers).
+	// Tiers are the delay queues' TTLs, ascending (see domain.RetryPolicy.Tiers), of every
+	// channel without its own in ChannelTiers.
 	Tiers []time.Duration
+	// ChannelTiers holds the tiers of channels with a retry policy of their own.
+	ChannelTiers map[string][]time.Duration
+}
+
+// TiersOf returns a channel's delay tiers.
+func (t Topology) TiersOf(channel string) []time.Duration {
+	if tiers, ok := t.ChannelTiers[channel]; ok {
+		return tiers
+	}
+	return t.Tiers
 }
 
 var _ commands.Topics = Topology{}
@@ -49,11 +60,14 @@ func (t Topology) Validate() error {
 	if len(t.Channels) == 0 {
 		errs = append(errs, errors.New("no channels"))
 	}
-	if len(t.Tiers) == 0 {
-		errs = append(errs, errors.New("no delay tiers"))
-	}
-	if !sort.SliceIsSorted(t.Tiers, func(i, j int) bool { return t.Tiers[i] < t.Tiers[j] }) {
-		errs = append(errs, errors.New("delay tiers are not ascending"))
+	for _, ch := range t.Channels {
+		tiers := t.TiersOf(ch)
+		if len(tiers) == 0 {
+			errs = append(errs, fmt.Errorf("channel %s: no delay tiers", ch))
+		}
+		if !sort.SliceIsSorted(tiers, func(i, j int) bool { return tiers[i] < tiers[j] }) {
+			errs = append(errs, fmt.Errorf("channel %s: delay tiers are not ascending", ch))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -102,20 +116,21 @@ func (t Topology) deferQueue(channel string, wait time.Duration) string {
 	return t.Prefix + "." + channel + ".defer." + FormatTier(wait)
 }
 
-// Tier returns the smallest tier that is at least delay (or the largest tier).
-func (t Topology) Tier(delay time.Duration) time.Duration {
-	for _, tier := range t.Tiers {
+// Tier returns the smallest of a channel's tiers that is at least delay (or the largest tier).
+func (t Topology) Tier(channel string, delay time.Duration) time.Duration {
+	tiers := t.TiersOf(channel)
+	for _, tier := range tiers {
 		if tier >= delay {
 			return tier
 		}
 	}
-	return t.Tiers[len(t.Tiers)-1]
+	return tiers[len(tiers)-1]
 }
 
 // Retry is the delay queue that holds a message for delay, rounded up to a tier, so a long delay
 // never holds back a short one (RabbitMQ expires messages only at a queue's head).
 func (t Topology) Retry(channel string, delay time.Duration) string {
-	return t.retryQueue(channel, t.Tier(delay))
+	return t.retryQueue(channel, t.Tier(channel, delay))
 }
 
 func (t Topology) retryQueue(channel string, tier time.Duration) string {
@@ -149,7 +164,7 @@ func (t Topology) Queues() []string {
 			qs = append(qs, t.Work(ch, p))
 		}
 		qs = append(qs, t.Dead(ch))
-		for _, tier := range t.Tiers {
+		for _, tier := range t.TiersOf(ch) {
 			qs = append(qs, t.retryQueue(ch, tier))
 		}
 		for _, w := range DeferWaits {
@@ -227,7 +242,7 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 		if err := ch.QueueBind(t.Dead(channel), t.Dead(channel), t.DeadLetterExchange(), false, nil); err != nil {
 			return kept, fmt.Errorf("bind %s: %w", t.Dead(channel), err)
 		}
-		for _, tier := range t.Tiers {
+		for _, tier := range t.TiersOf(channel) {
 			if err := declare(t.retryQueue(channel, tier), amqp091.Table{
 				"x-message-ttl":          tier.Milliseconds(),
 				"x-dead-letter-exchange": ret,

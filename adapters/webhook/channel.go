@@ -21,13 +21,17 @@ const Name = "webhook"
 // exhaust the process's sockets and file descriptors.
 const DefaultConcurrency = 256
 
-// Channel describes the webhook channel for the registry: s delivers; a recipient is an
-// absolute http(s) URL, and the whole payload is the body; calls are limited per destination
-// host (limit.HostOf).
-func Channel(s *Sender) commands.Channel {
+// Channel describes the webhook channel for the registry: senders deliver, in failover order; a
+// recipient is an absolute http(s) URL, and the whole payload is the body; calls are limited per
+// destination host (limit.HostOf).
+func Channel(senders ...*Sender) commands.Channel {
+	providers := make([]commands.Sender, len(senders))
+	for i, s := range senders {
+		providers[i] = s
+	}
 	return commands.Channel{
 		Name:          Name,
-		Providers:     []commands.Sender{s},
+		Providers:     providers,
 		Check:         Check,
 		Destination:   limit.HostOf,
 		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},

@@ -21,6 +21,10 @@ const (
 // Config configures a Sender. The zero value is usable: it sends with the defaults above and
 // dials public unicast addresses only.
 type Config struct {
+	// Provider names the provider in the history and in metrics. Empty means Name.
+	Provider string
+	// Secrets signs each tenant's requests (see Sign); a tenant without one is sent unsigned.
+	Secrets Secrets
 	// Timeout bounds one attempt (dial, TLS, request, response headers and the part of the body
 	// we read). Zero means DefaultTimeout. The caller's context may impose a shorter deadline.
 	Timeout time.Duration
@@ -65,6 +69,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = DefaultUserAgent
+	}
+	if c.Provider == "" {
+		c.Provider = Name
 	}
 	return c
 }

@@ -77,6 +77,8 @@ type Sender struct {
 	transport *http.Transport
 	timeout   time.Duration
 	userAgent string
+	provider  string
+	secrets   Secrets
 	// now tells the wall-clock time for webhook-timestamp and HTTP-date Retry-After values;
 	// tests replace it. Latency is measured with the monotonic clock regardless.
 	now func() time.Time
@@ -112,12 +114,14 @@ func New(cfg Config) (*Sender, error) {
 		transport: transport,
 		timeout:   cfg.Timeout,
 		userAgent: cfg.UserAgent,
+		provider:  cfg.Provider,
+		secrets:   cfg.Secrets,
 		now:       time.Now,
 	}, nil
 }
 
 // Provider names the provider in the history and in metrics.
-func (s *Sender) Provider() string { return Name }
+func (s *Sender) Provider() string { return s.provider }
 
 // Deduplicates is false: the webhook-id header lets a receiver drop duplicates, but we cannot
 // know that it does, so an attempt with an unknown outcome must not be repeated blindly.
@@ -166,7 +170,12 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", s.userAgent)
 	req.Header.Set(headerWebhookID, msg.DeliveryID)
-	req.Header.Set(headerWebhookTimestamp, strconv.FormatInt(s.now().Unix(), 10))
+	timestamp := s.now().Unix()
+	req.Header.Set(headerWebhookTimestamp, strconv.FormatInt(timestamp, 10))
+	if keys := s.secrets[msg.Tenant]; len(keys) > 0 {
+		// The signed bytes are exactly the body sent.
+		req.Header.Set(headerWebhookSignature, Sign(keys, msg.DeliveryID, timestamp, msg.Payload))
+	}
 	req.Header.Set(headerAttempt, strconv.Itoa(msg.Attempt))
 
 	resp, err := s.client.Do(req)
@@ -280,7 +289,7 @@ func describeTransportError(host string, err error, kind domain.OutcomeKind) str
 func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
 	o := domain.Outcome{
 		Kind:       kind,
-		Provider:   Name,
+		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
 		Err:        errText,

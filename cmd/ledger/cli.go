@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		FlagSet: serveFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
+			cfg.Explicit(serveFS)
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -148,18 +149,53 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		},
 	}
 
+	checkFS := flag.NewFlagSet("ledger config check", flag.ContinueOnError)
+	checkCfg := app.DefaultConfig()
+	checkCmd := &ffcli.Command{
+		Name:       "check",
+		ShortUsage: "ledger config check FILE",
+		ShortHelp:  "validate a configuration file without starting the ledger",
+		LongHelp: "Reads FILE, checks every key and value (each refusal names its line and field), reads the\n" +
+			"secrets its *_env keys name from the environment, builds every channel and provider it\n" +
+			"describes, and prints them. Exit status 1 on any problem.",
+		FlagSet: checkFS,
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) != 1 {
+				return errors.New("name one configuration file")
+			}
+			lines, err := app.CheckFile(args[0], checkCfg)
+			if err != nil {
+				return err
+			}
+			for _, l := range lines {
+				fmt.Fprintln(stdout, l)
+			}
+			fmt.Fprintf(stdout, "%s: ok\n", args[0])
+			return nil
+		},
+	}
+	configFS := flag.NewFlagSet("ledger config", flag.ContinueOnError)
+	configCmd := &ffcli.Command{
+		Name:        "config",
+		ShortUsage:  "ledger config check FILE",
+		ShortHelp:   "work with configuration files",
+		FlagSet:     configFS,
+		Subcommands: []*ffcli.Command{checkCmd},
+		Exec:        func(context.Context, []string) error { return flag.ErrHelp },
+	}
+
 	rootFS := flag.NewFlagSet("ledger", flag.ContinueOnError)
 	root := &ffcli.Command{
 		ShortUsage:  "ledger <command> [flags]",
 		ShortHelp:   "an event-sourced delivery ledger for notifications",
-		LongHelp:    "Commands: migrate, serve, projections, export, sink, bench. Run `ledger <command> --help` for a command's flags.",
+		LongHelp:    "Commands: migrate, serve, config, projections, export, sink, bench. Run `ledger <command> --help` for a command's flags.",
 		FlagSet:     rootFS,
-		Subcommands: []*ffcli.Command{migrate, serve, projectionsCommand(stdout, stderr), exportCommand(stdout, stderr), sink, bench},
+		Subcommands: []*ffcli.Command{migrate, serve, configCmd, projectionsCommand(stdout, stderr), exportCommand(stdout, stderr), sink, bench},
 		Exec: func(context.Context, []string) error {
 			return flag.ErrHelp
 		},
 	}
-	for _, fs := range []*flag.FlagSet{rootFS, serveFS, migrateFS, sinkFS, benchFS} {
+	for _, fs := range []*flag.FlagSet{rootFS, serveFS, migrateFS, sinkFS, benchFS, checkFS, configFS} {
 		fs.SetOutput(stderr)
 	}
 	if err := root.ParseAndRun(ctx, args); err != nil {

@@ -32,6 +32,7 @@ type App struct {
 	store    *postgres.EventStore
 	views    *projections.Reader
 	channels *commands.Channels
+	policies commands.Policies
 	topology amqp.Topology
 	metrics  *metrics.Metrics
 	listener net.Listener
@@ -86,16 +87,31 @@ func Build(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option)
 		return nil, err
 	}
 	a := &App{opts: o, cfg: cfg, logger: logger, roles: roles, metrics: metrics.New()}
-	if a.channels, err = a.registry(); err != nil {
+	file, err := cfg.loadFile()
+	if err != nil {
+		return nil, err
+	}
+	var own map[string]domain.RetryPolicy
+	if a.channels, own, err = a.registry(file); err != nil {
 		return nil, err
 	}
 	policy := cfg.policy()
-	a.topology = amqp.Topology{Prefix: cfg.AMQPPrefix, Channels: a.channels.Names(), Tiers: policy.Tiers()}
+	a.policies = func(channel string) domain.RetryPolicy {
+		if p, ok := own[channel]; ok {
+			return p
+		}
+		return policy
+	}
+	a.topology = amqp.Topology{Prefix: cfg.AMQPPrefix, Channels: a.channels.Names(), Tiers: policy.Tiers(),
+		ChannelTiers: map[string][]time.Duration{}}
+	for channel, p := range own {
+		a.topology.ChannelTiers[channel] = p.Tiers()
+	}
 	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", int32(cfg.DatabaseMaxConns))
 	if err != nil {
 		return nil, err
 	}
-	if err := a.build(ctx, policy); err != nil {
+	if err := a.build(ctx); err != nil {
 		a.pool.Close()
 		return nil, err
 	}
@@ -103,7 +119,7 @@ func Build(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option)
 }
 
 // build wires the roles over an open pool.
-func (a *App) build(ctx context.Context, policy domain.RetryPolicy) error {
+func (a *App) build(ctx context.Context) error {
 	cfg, logger := a.cfg, a.logger
 	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
 		return err
@@ -123,7 +139,7 @@ func (a *App) build(ctx context.Context, policy domain.RetryPolicy) error {
 	a.store = postgres.NewEventStore(a.pool)
 	a.views = projections.NewReader(a.pool)
 	clock := commands.SystemClock{}
-	policies := func(string) domain.RetryPolicy { return policy }
+	policies := a.policies
 
 	if a.roles["worker"] {
 		limiter, err := cfg.limiter(a.channels)

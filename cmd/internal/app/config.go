@@ -49,6 +49,10 @@ var allRoles = []string{"api", "relay", "worker", "projector"}
 // Config is every setting of the ledger. Each field is a flag and an environment variable of the
 // same name (--database-url / LEDGER_DATABASE_URL).
 type Config struct {
+	// ConfigFile names the YAML file of channels and providers (see File); empty serves the
+	// webhook channel alone.
+	ConfigFile       string
+	WebhookSecrets   string
 	DatabaseURL      string
 	DatabaseMaxConns int
 	AMQPURL          string
@@ -82,6 +86,17 @@ type Config struct {
 	// The projector role.
 	ProjectorBatchSize    int
 	ProjectorPollInterval time.Duration
+
+	// explicit names the flags set on the command line or in the environment, which win over
+	// the configuration file.
+	explicit map[string]bool
+}
+
+// Explicit records which of fs's flags were set (by a flag or its environment variable), so that
+// they override the configuration file's settings while defaults do not.
+func (c *Config) Explicit(fs *flag.FlagSet) {
+	c.explicit = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
 }
 
 // Default values of settings other commands share.
@@ -108,6 +123,8 @@ func (c *Config) ConnectionFlags(fs *flag.FlagSet) {
 // ServeFlags registers the settings of `serve`.
 func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	c.ConnectionFlags(fs)
+	fs.StringVar(&c.ConfigFile, "config", "", "YAML file of channels, their providers in order, per-channel retry and provider settings (empty: the webhook channel alone)")
+	fs.StringVar(&c.WebhookSecrets, "webhook-secrets", "", "tenant:whsec_... pairs signing each tenant's webhooks (Standard Webhooks); a tenant twice has two secrets (rotation)")
 	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL")
 	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")

@@ -2,6 +2,8 @@ package app
 
 import (
 	"github.com/deliveryledger/ledger/adapters/webhook"
+	"os"
+	"path/filepath"
 
 	"context"
 	"encoding/json"
@@ -490,4 +492,40 @@ func TestDeferralWaitsWhatItRecords(t *testing.T) {
 		t.Fatal("no delivery was deferred: the cap did not bite")
 	}
 	t.Logf("%d deferrals, each back within its recorded wait", deferrals)
+}
+
+// TestChannelScheduleGivesItsAttemptsThenDead: a channel's explicit schedule of two delays means
+// three attempts, spaced by those delays, and then dead; the server's own policy (three
+// attempts as well here, but 20-80 ms apart with jitter) does not apply.
+func TestChannelScheduleGivesItsAttemptsThenDead(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ledger.yaml")
+	if err := os.WriteFile(path, []byte("channels:\n  webhook: {providers: [hook], retry: {schedule: [200ms, 400ms]}}\n"+
+		"providers:\n  hook: {type: webhook, timeout: 2s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := setupE2E(t, "", func(c *Config) {
+		c.ConfigFile = path
+		c.MaxAttempts = 10 // the channel's schedule, not the server's maximum, bounds the attempts
+	})
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusServiceUnavailable, nil })
+	id := b.accept(t, "schedule-1", b.sink.URL+"/down", domain.PriorityNormal)
+	b.waitState(t, id, domain.StateDead, 15*time.Second)
+	calls := b.sink.times(id)
+	if len(calls) != 3 {
+		t.Fatalf("%d attempts, want 3 (a schedule of 2 delays)", len(calls))
+	}
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		if gap := calls[i+1].Sub(calls[i]); gap < want || gap > want+2*time.Second {
+			t.Errorf("attempt %d came %s after attempt %d, want about %s", i+2, gap, i+1, want)
+		}
+	}
+	var d struct {
+		Provider    string `json:"provider"`
+		MaxAttempts int    `json:"max_attempts"`
+	}
+	_, body := b.do(t, "GET", "/v1/deliveries/"+id, "", nil)
+	if err := json.Unmarshal(body, &d); err != nil || d.Provider != "hook" || d.MaxAttempts != 3 {
+		t.Fatalf("delivery %s: want provider hook and max_attempts 3 (%v)", body, err)
+	}
 }
