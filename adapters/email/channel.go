@@ -1,0 +1,151 @@
+package email
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// Name is the email channel's name: in requests, the history, metrics and queue names. It is
+// the one place the name is written.
+const Name = "email"
+
+// DefaultConcurrency caps the SMTP sessions one process has open to one provider. An SMTP
+// attempt holds its connection for several round trips (greeting, EHLO, STARTTLS, AUTH, MAIL,
+// RCPT, DATA, the server's scan of the message) and providers limit concurrent connections per
+// client, commonly to 10-20, answering 421 or refusing to connect beyond that. 16 keeps a full
+// worker pool (16 per channel by default) busy without tripping those limits; an operator
+// whose provider allows more raises it.
+const DefaultConcurrency = 16
+
+// Channel describes the email channel for the registry: the senders are its providers in
+// failover order; a recipient is one address, the payload carries subject and text or html;
+// calls are limited per recipient domain.
+//
+// DestinationLimit stays zero: a recipient domain is a host, and the process-wide per-host
+// rule already applies to it; a channel-specific limit would only stack a second one.
+func Channel(senders ...*Sender) commands.Channel {
+	providers := make([]commands.Sender, 0, len(senders))
+	for _, s := range senders {
+		providers = append(providers, s)
+	}
+	return commands.Channel{
+		Name:          Name,
+		Providers:     providers,
+		Check:         Check,
+		Destination:   Destination,
+		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},
+	}
+}
+
+// Check is the channel's acceptance check. The recipient is one address, "a@example.com" or
+// "Name <a@example.com>", refused as "recipient" otherwise. The payload is a JSON object whose
+// "subject" (a non-empty string on one line) and "text" and/or "html" (strings, at least one
+// not empty) make the message; other members are ignored, so that a notification may carry
+// data for other channels. A refusal names the member ("payload.subject").
+func Check(recipient string, payload json.RawMessage) error {
+	if _, err := parseRecipient(recipient); err != nil {
+		return &commands.InvalidField{Field: "recipient", Reason: err.Error()}
+	}
+	_, err := parseContent(payload)
+	return err
+}
+
+// Destination is what the per-destination limits key on: the recipient's domain, lowercase,
+// since receiving servers throttle per sending client and domain, not per mailbox. A recipient
+// that does not parse (Check refuses it at acceptance) gives its text after the last "@".
+func Destination(recipient string) string {
+	if addr, err := parseRecipient(recipient); err == nil {
+		return domainOf(addr.Address)
+	}
+	at := strings.LastIndexByte(recipient, '@')
+	if at < 0 {
+		return ""
+	}
+	return strings.ToLower(strings.TrimRight(recipient[at+1:], "> \t"))
+}
+
+// parseRecipient parses a recipient as one address.
+func parseRecipient(recipient string) (*mail.Address, error) {
+	if strings.ContainsAny(recipient, "\r\n") {
+		// A line break would let the value break out of the To header or the RCPT command.
+		return nil, errors.New("must not contain CR or LF")
+	}
+	if strings.TrimSpace(recipient) == "" {
+		return nil, errors.New("must be an email address, a@example.com or Name <a@example.com>")
+	}
+	addr, err := mail.ParseAddress(recipient)
+	if err != nil {
+		return nil, fmt.Errorf("must be one email address, a@example.com or Name <a@example.com>: %v", err)
+	}
+	if domainOf(addr.Address) == "" {
+		return nil, errors.New("the address has no domain")
+	}
+	return addr, nil
+}
+
+// domainOf returns the domain of a bare address, lowercase (domains are case-insensitive;
+// local parts are not, so only the domain is folded).
+func domainOf(address string) string {
+	at := strings.LastIndexByte(address, '@')
+	if at < 0 {
+		return ""
+	}
+	return strings.ToLower(address[at+1:])
+}
+
+// content is what a message is made of, read from the payload.
+type content struct {
+	subject, text, html string
+}
+
+// parseContent reads and checks the members of the payload the channel uses. Its refusals are
+// *commands.InvalidField naming the member.
+func parseContent(payload json.RawMessage) (content, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &members); err != nil || members == nil {
+		return content{}, &commands.InvalidField{Field: "payload", Reason: "must be a JSON object"}
+	}
+	var c content
+	subject, ok, err := stringMember(members, "subject")
+	switch {
+	case err != nil:
+		return content{}, err
+	case !ok:
+		return content{}, &commands.InvalidField{Field: "payload.subject", Reason: "is required"}
+	case strings.TrimSpace(subject) == "":
+		return content{}, &commands.InvalidField{Field: "payload.subject", Reason: "must not be empty"}
+	case strings.ContainsAny(subject, "\r\n"):
+		return content{}, &commands.InvalidField{Field: "payload.subject", Reason: "must not contain CR or LF (it is one header line)"}
+	}
+	c.subject = subject
+	if c.text, _, err = stringMember(members, "text"); err != nil {
+		return content{}, err
+	}
+	if c.html, _, err = stringMember(members, "html"); err != nil {
+		return content{}, err
+	}
+	if c.text == "" && c.html == "" {
+		return content{}, &commands.InvalidField{Field: "payload.text", Reason: "text or html is required"}
+	}
+	return c, nil
+}
+
+// stringMember reads payload member name as a string; ok is false when it is absent. Any
+// other JSON value, null included, is refused naming the member: a caller who sent one meant
+// something we would not send.
+func stringMember(members map[string]json.RawMessage, name string) (value string, ok bool, err error) {
+	raw, ok := members[name]
+	if !ok {
+		return "", false, nil
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) || json.Unmarshal(raw, &value) != nil {
+		return "", true, &commands.InvalidField{Field: "payload." + name, Reason: "must be a string"}
+	}
+	return value, true, nil
+}

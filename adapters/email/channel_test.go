@@ -1,0 +1,113 @@
+package email
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// TestCheck: every refusal is an InvalidField naming its field; the valid forms pass.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	const valid = `{"subject":"Shipped","text":"Order 42."}`
+	for _, tc := range []struct{ recipient, payload string }{
+		{"ada@example.org", valid},
+		{"Ada Lovelace <ada@example.org>", valid},
+		{`"Lovelace, Ada" <ada@example.org>`, valid},
+		{"<ada@example.org>", valid},
+		{"ada@example.org", `{"subject":"Shipped","html":"<p>Order 42.</p>"}`},
+		{"ada@example.org", `{"subject":"Shipped","text":"","html":"<p>Order 42.</p>"}`},
+		{"ada@example.org", `{"subject":"Shipped","text":"Order 42.","html":"<p>Order 42.</p>","order":42,"tags":["a"]}`},
+	} {
+		if err := Check(tc.recipient, json.RawMessage(tc.payload)); err != nil {
+			t.Errorf("Check(%q, %s) = %v, want accepted", tc.recipient, tc.payload, err)
+		}
+	}
+	for _, tc := range []struct{ recipient, payload, field string }{
+		{"", valid, "recipient"},
+		{"not an address", valid, "recipient"},
+		{"ada@", valid, "recipient"},
+		{"@example.org", valid, "recipient"},
+		{"ada@example.org, bob@example.org", valid, "recipient"},
+		{"ada@example.org\r\nBcc: eve@example.org", valid, "recipient"},
+		{"Ada <ada@example.org> trailing", valid, "recipient"},
+		{"https://example.org/hook", valid, "recipient"},
+		{"ada@example.org", `[]`, "payload"},
+		{"ada@example.org", `{"text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":"","text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":"   ","text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":"Shipped\r\nBcc: eve@example.org","text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":42,"text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":null,"text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":"Shipped"}`, "payload.text"},
+		{"ada@example.org", `{"subject":"Shipped","text":"","html":""}`, "payload.text"},
+		{"ada@example.org", `{"subject":"Shipped","text":{"body":"x"}}`, "payload.text"},
+		{"ada@example.org", `{"subject":"Shipped","text":"Order 42.","html":["<p>"]}`, "payload.html"},
+	} {
+		err := Check(tc.recipient, json.RawMessage(tc.payload))
+		var field *commands.InvalidField
+		if !errors.As(err, &field) || field.Field != tc.field || field.Reason == "" {
+			t.Errorf("Check(%q, %s) = %v, want an InvalidField naming %s", tc.recipient, tc.payload, err, tc.field)
+			continue
+		}
+		if !errors.Is(err, domain.ErrInvalidDelivery) {
+			t.Errorf("Check(%q, %s) = %v, want a domain.ErrInvalidDelivery", tc.recipient, tc.payload, err)
+		}
+	}
+	err := Check("ada@example.org", json.RawMessage(`{"subject":"Shipped"}`))
+	if err == nil || err.Error() != "payload.text: text or html is required" {
+		t.Errorf("missing bodies: %v, want payload.text: text or html is required", err)
+	}
+}
+
+func TestDestination(t *testing.T) {
+	t.Parallel()
+	for recipient, want := range map[string]string{
+		"ada@example.org":                     "example.org",
+		"Ada Lovelace <Ada@Mail.Example.ORG>": "mail.example.org",
+		`"a@b" <ada@example.org>`:             "example.org",
+		"broken <ada@Example.org":             "example.org",
+		"no domain":                           "",
+	} {
+		if got := Destination(recipient); got != want {
+			t.Errorf("Destination(%q) = %q, want %q", recipient, got, want)
+		}
+	}
+}
+
+// TestChannel: the registry gets the channel's name, its providers in order, its check, the
+// recipient domain as destination and the provider limit.
+func TestChannel(t *testing.T) {
+	t.Parallel()
+	primary := newSender(t, "127.0.0.1:2525", Config{Provider: "smtp-primary"})
+	backup := newSender(t, "127.0.0.1:2526", Config{Provider: "smtp-backup"})
+	ch := Channel(primary, backup)
+	if ch.Name != "email" {
+		t.Errorf("Name = %q, want email", ch.Name)
+	}
+	if len(ch.Providers) != 2 || ch.Providers[0].Provider() != "smtp-primary" || ch.Providers[1].Provider() != "smtp-backup" {
+		t.Fatalf("Providers = %v, want smtp-primary then smtp-backup", ch.Providers)
+	}
+	if got := ch.Destination("Ada <ada@Example.org>"); got != "example.org" {
+		t.Errorf("Destination = %q, want example.org", got)
+	}
+	if got, want := ch.ProviderLimit, (commands.Limit{Concurrency: 16}); got != want {
+		t.Errorf("ProviderLimit = %+v, want %+v", got, want)
+	}
+	if ch.DestinationLimit != (commands.Limit{}) {
+		t.Errorf("DestinationLimit = %+v, want zero (the per-host rule applies)", ch.DestinationLimit)
+	}
+	var field *commands.InvalidField
+	if err := ch.Check("nobody", json.RawMessage(`{}`)); !errors.As(err, &field) || field.Field != "recipient" {
+		t.Errorf("Check of a bad recipient = %v, want an InvalidField naming recipient", err)
+	}
+	if _, err := commands.NewChannels(ch); err != nil {
+		t.Errorf("the registry refuses the channel: %v", err)
+	}
+	if _, err := commands.NewChannels(Channel()); err == nil {
+		t.Error("the registry takes an email channel without providers")
+	}
+}
