@@ -36,6 +36,20 @@ const (
 	ClassPanic ErrorClass = "panic"
 )
 
+// ClassOf is the error class an outcome of kind has unless an adapter says otherwise (panic):
+// none for delivered.
+func ClassOf(kind OutcomeKind) ErrorClass {
+	switch kind {
+	case OutcomeTransient:
+		return ClassTransient
+	case OutcomePermanent:
+		return ClassPermanent
+	case OutcomeUnknown:
+		return ClassUnknown
+	}
+	return ""
+}
+
 // Outcome is the typed result of one attempt, as an adapter reports it.
 type Outcome struct {
 	Kind                OutcomeKind

@@ -8,13 +8,19 @@ export LEDGER_API_KEYS=${LEDGER_API_KEYS:-dev:dev-secret-key}
 export LEDGER_HTTP_ADDR=${LEDGER_HTTP_ADDR:-127.0.0.1:8080}
 # The local sink is on loopback, which the SSRF guard refuses unless allowed.
 export LEDGER_WEBHOOK_ALLOW_CIDRS=${LEDGER_WEBHOOK_ALLOW_CIDRS:-127.0.0.0/8,::1/128}
+# Every channel, pointed at the sink's fakes; the Telegram fake accepts this token.
+export LEDGER_CONFIG=${LEDGER_CONFIG:-docs/ledger.example.yaml}
+export TELEGRAM_BOT_TOKEN=${TELEGRAM_BOT_TOKEN:-123456:dev-bot-token}
+# Webhooks of tenant dev are signed with this (Standard Webhooks) secret.
+export LEDGER_WEBHOOK_SECRETS=${LEDGER_WEBHOOK_SECRETS:-dev:whsec_ZGV2LXdlYmhvb2stc2VjcmV0LTI0LWJ5dGVzIQ==}
 SINK_ADDR=${SINK_ADDR:-127.0.0.1:8081}
 
 dbname=$(basename "${LEDGER_DATABASE_URL%%\?*}")
 scripts/services.sh "$dbname"
 bin/ledger migrate
+bin/ledger config check "$LEDGER_CONFIG" >/dev/null
 
-bin/ledger sink --addr "$SINK_ADDR" &
+bin/ledger sink --addr "$SINK_ADDR" --telegram-token "$TELEGRAM_BOT_TOKEN" &
 sink_pid=$!
 trap 'kill $sink_pid 2>/dev/null || true' EXIT
 
@@ -22,14 +28,18 @@ key=${LEDGER_API_KEYS%%,*}; key=${key#*:}
 cat <<MSG
 
 The ledger is starting on http://$LEDGER_HTTP_ADDR (API key for tenant dev: $key).
-A local webhook sink listens on http://$SINK_ADDR/ and prints what it receives.
+Local fakes print what they receive: webhooks on http://$SINK_ADDR/, SMTP on 127.0.0.1:2525,
+the Telegram Bot API on http://127.0.0.1:8082 (channels: $LEDGER_CONFIG).
 
-Send a first notification:
+Send a first notification to a webhook, an email address and a Telegram chat at once:
 
   curl -sS -X POST http://$LEDGER_HTTP_ADDR/v1/notifications \\
     -H 'Authorization: Bearer $key' -H 'Content-Type: application/json' \\
     -H "Idempotency-Key: first-\$(date +%s)" \\
-    -d '{"payload":{"text":"hello"},"recipients":[{"channel":"webhook","recipient":"http://$SINK_ADDR/hook"}]}'
+    -d '{"payload":{"subject":"Hello","text":"hello from the ledger"},"recipients":[
+         {"channel":"webhook","recipient":"http://$SINK_ADDR/hook"},
+         {"channel":"email","recipient":"Ann <ann@example.com>"},
+         {"channel":"telegram","recipient":"123456789"}]}'
 
 Then follow it (use a delivery id from the answer):
 

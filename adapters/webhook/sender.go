@@ -294,14 +294,7 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Latency:    latency,
 		Err:        errText,
 	}
-	switch kind {
-	case domain.OutcomeTransient:
-		o.Class = domain.ClassTransient
-	case domain.OutcomePermanent:
-		o.Class = domain.ClassPermanent
-	case domain.OutcomeUnknown:
-		o.Class = domain.ClassUnknown
-	}
+	o.Class = domain.ClassOf(kind)
 	return o
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -72,14 +73,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	sinkFS := flag.NewFlagSet("ledger sink", flag.ContinueOnError)
-	sinkAddr := sinkFS.String("addr", "127.0.0.1:8081", "address to listen on")
+	var so sinkOptions
+	sinkFS.StringVar(&so.webhookAddr, "addr", "127.0.0.1:8081", "address of the webhook receiver")
+	sinkFS.IntVar(&so.webhookStatus, "webhook-status", http.StatusOK, "HTTP status the webhook receiver answers (503 to see retries, 410 to see a delivery die)")
+	sinkFS.StringVar(&so.smtpAddr, "smtp-addr", "127.0.0.1:2525", "address of the SMTP server (empty: none)")
+	sinkFS.StringVar(&so.smtpBehaviour, "smtp-behaviour", "", "SMTP failures to answer, e.g. fail=rcpt:451,times=1 or drop-after-data (see adapters/email/smtpfake)")
+	sinkFS.StringVar(&so.telegramAddr, "telegram-addr", "127.0.0.1:8082", "address of the Telegram Bot API (empty: none)")
+	sinkFS.StringVar(&so.telegramToken, "telegram-token", "123456:dev-bot-token", "the one bot token the Telegram fake accepts")
+	sinkFS.StringVar(&so.telegramBehaviour, "telegram-behaviour", "", "Telegram failures to answer, e.g. 429=2:3; chat-not-found=-100123 (see adapters/telegram/telegramfake)")
 	sink := &ffcli.Command{
 		Name:       "sink",
-		ShortUsage: "ledger sink [--addr 127.0.0.1:8081]",
-		ShortHelp:  "run a local webhook receiver that answers 200 and prints each delivery",
-		FlagSet:    sinkFS,
+		ShortUsage: "ledger sink [flags]",
+		ShortHelp:  "run local fakes of the providers' protocols (webhook, SMTP, Telegram) that print what they receive",
+		LongHelp: "Runs, on loopback, a webhook receiver, an SMTP server and a Telegram Bot API that speak the\n" +
+			"real protocols and print every message they receive: the destinations of a first\n" +
+			"notification on a machine without outside network (make run starts it). Switches make each\n" +
+			"fail on purpose.",
+		FlagSet: sinkFS,
 		Exec: func(ctx context.Context, _ []string) error {
-			return sinkCommand(ctx, *sinkAddr, stdout)
+			if so.webhookStatus < 200 || so.webhookStatus > 599 {
+				return fmt.Errorf("--webhook-status %d: want an HTTP status from 200 to 599", so.webhookStatus)
+			}
+			return sinkCommand(ctx, so, stdout)
 		},
 	}
 

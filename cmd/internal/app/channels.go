@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 
+	"github.com/deliveryledger/ledger/adapters/email"
+	"github.com/deliveryledger/ledger/adapters/telegram"
 	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -24,6 +26,8 @@ type channelKind struct {
 // configuration file) follows from the registry built from it.
 var channelKinds = []channelKind{
 	{webhook.Name, TypeWebhook, (*App).webhookChannel},
+	{email.Name, TypeSMTP, (*App).emailChannel},
+	{telegram.Name, TypeTelegram, (*App).telegramChannel},
 }
 
 func kindOf(name string) (channelKind, bool) {
@@ -124,6 +128,33 @@ func (a *App) webhookChannel(providers []*ProviderFile) (commands.Channel, error
 		}
 	}
 	return webhook.Channel(senders...), nil
+}
+
+// emailChannel builds the email channel, one SMTP relay per provider.
+func (a *App) emailChannel(providers []*ProviderFile) (commands.Channel, error) {
+	senders := make([]*email.Sender, len(providers))
+	for i, p := range providers {
+		var err error
+		senders[i], err = email.New(email.Config{Provider: p.Name, Host: p.Host, Port: p.Port, TLS: email.TLSMode(p.TLS),
+			Username: p.Username, Password: p.Password, From: p.From, Timeout: p.Timeout})
+		if err != nil {
+			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
+		}
+	}
+	return email.Channel(senders...), nil
+}
+
+// telegramChannel builds the Telegram channel, one bot per provider.
+func (a *App) telegramChannel(providers []*ProviderFile) (commands.Channel, error) {
+	senders := make([]*telegram.Sender, len(providers))
+	for i, p := range providers {
+		var err error
+		senders[i], err = telegram.New(telegram.Config{Provider: p.Name, BaseURL: p.BaseURL, Token: p.Token, Timeout: p.Timeout})
+		if err != nil {
+			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
+		}
+	}
+	return telegram.Channel(senders...), nil
 }
 
 // CheckFile validates a configuration file without starting anything: it reads it, checks every
