@@ -494,13 +494,13 @@ func TestDeferralWaitsWhatItRecords(t *testing.T) {
 	t.Logf("%d deferrals, each back within its recorded wait", deferrals)
 }
 
-// TestChannelScheduleGivesItsAttemptsThenDead: a channel's explicit schedule of two delays means
-// three attempts, spaced by those delays, and then dead; the server's own policy (three
-// attempts as well here, but 20-80 ms apart with jitter) does not apply.
+// TestChannelScheduleGivesItsAttemptsThenDead: a channel's explicit schedule [20ms, 40ms] means
+// three attempts, spaced by at least those delays, and then dead, whatever the server's own
+// maximum (ten here).
 func TestChannelScheduleGivesItsAttemptsThenDead(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.yaml")
-	if err := os.WriteFile(path, []byte("channels:\n  webhook: {providers: [hook], retry: {schedule: [200ms, 400ms]}}\n"+
+	if err := os.WriteFile(path, []byte("channels:\n  webhook: {providers: [hook], retry: {schedule: [20ms, 40ms]}}\n"+
 		"providers:\n  hook: {type: webhook, timeout: 2s}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,7 @@ func TestChannelScheduleGivesItsAttemptsThenDead(t *testing.T) {
 	if len(calls) != 3 {
 		t.Fatalf("%d attempts, want 3 (a schedule of 2 delays)", len(calls))
 	}
-	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+	for i, want := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond} {
 		if gap := calls[i+1].Sub(calls[i]); gap < want || gap > want+2*time.Second {
 			t.Errorf("attempt %d came %s after attempt %d, want about %s", i+2, gap, i+1, want)
 		}
