@@ -22,6 +22,11 @@ const (
 	// OutcomeUnknown: the provider may have acted (timeout or reset after the request was
 	// written, a worker died mid-call).
 	OutcomeUnknown OutcomeKind = "unknown"
+	// OutcomeAccepted: the provider took the message and will say later whether it was
+	// delivered (an SMS gateway's receipt). The delivery stays processing, without holding a
+	// worker, until a receipt, a status lookup or a deadline decides. A provider configured to
+	// count its acceptance as delivery reports OutcomeDelivered instead.
+	OutcomeAccepted OutcomeKind = "accepted"
 )
 
 // ErrorClass names why an attempt did not deliver, on the wire and in the history.
@@ -64,6 +69,13 @@ type Outcome struct {
 	// RetryAfter is the provider's requested wait (Retry-After), zero if none.
 	RetryAfter time.Duration
 	Err        string
+	// NotSent says the request never reached the provider (connection refused, a name that
+	// does not resolve, the provider's circuit open): the same attempt may move on to the
+	// channel's next provider at once. Only a transient outcome can be NotSent.
+	NotSent bool
+	// ProviderFault says the outcome counts against the provider's health (5xx, timeouts,
+	// connection errors, refused credentials), not against the recipient (an invalid number).
+	ProviderFault bool
 }
 
 // RetryPolicy decides how often and when a transiently failed delivery is tried again: either
