@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -52,6 +53,13 @@ type Delivery struct {
 	deferrals  int
 	lastResult *AttemptResult
 	nextDueAt  *time.Time
+	// awaiting is the provider's acceptance of the current attempt while no receipt, lookup or
+	// deadline has decided it.
+	awaiting *ProviderAcceptance
+	// receipts holds the keys of the provider words recorded, so a repeat records nothing;
+	// lookups counts the lookups of the current attempt that found its message on the way.
+	receipts map[string]bool
+	lookups  int
 
 	acceptedAt time.Time
 	updatedAt  time.Time
@@ -160,6 +168,10 @@ func ptrTo(data any) any {
 		return &v
 	case Replayed:
 		return &v
+	case ProviderAcceptance:
+		return &v
+	case ReceiptData:
+		return &v
 	}
 	return data
 }
@@ -193,6 +205,18 @@ func (d *Delivery) apply(e Event, next State, data any) {
 	case *AttemptResult:
 		d.lastResult = v
 		d.nextDueAt = v.NextAttemptAt
+		d.awaiting = nil
+	case *ProviderAcceptance:
+		d.awaiting = v
+		d.lookups = 0
+	case *ReceiptData:
+		if d.receipts == nil {
+			d.receipts = map[string]bool{}
+		}
+		d.receipts[e.Key] = true
+		if strings.Contains(e.Key, "/lookup/") {
+			d.lookups++
+		}
 	case *Resolution:
 		d.nextDueAt = v.NextAttemptAt
 	case *Replayed:
@@ -259,6 +283,21 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 	}
 	key := KeyAttemptOutcome(d.id, attempt)
 	switch o.Kind {
+	case OutcomeAccepted:
+		if d.awaiting != nil {
+			return nil, fmt.Errorf("%w: delivery %s attempt %d is already accepted by %s", ErrStaleAttempt, d.id, attempt, d.awaiting.Provider)
+		}
+		timeout, maxWait := o.ReceiptTimeout, o.ReceiptMaxWait
+		if timeout <= 0 {
+			timeout = DefaultReceiptTimeout
+		}
+		if maxWait <= 0 {
+			maxWait = DefaultReceiptMaxWait
+		}
+		return d.record(now, EventProviderAccepted, KeyProviderAccepted(d.id, attempt), ProviderAcceptance{
+			Attempt: attempt, Provider: o.Provider, ProviderOperationID: o.ProviderOperationID, StatusCode: o.StatusCode,
+			ProviderCode: o.ProviderCode, LatencyMS: res.LatencyMS, CheckAt: now.Add(timeout).UTC(), GiveUpAt: now.Add(maxWait).UTC(),
+		})
 	case OutcomeDelivered:
 		res.Class = ""
 		return d.record(now, EventDelivered, key, res)
@@ -266,7 +305,19 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 		if res.Class == "" {
 			res.Class = ClassUnknown
 		}
-		return d.record(now, EventOutcomeUnknown, key, res)
+		if !policy.RetryUnknown {
+			return d.record(now, EventOutcomeUnknown, key, res)
+		}
+		// The receivers drop duplicates on the delivery id: another attempt is safe, and the
+		// history says it may be one.
+		res.PossibleDuplicate = true
+		if d.AttemptsInCycle() >= d.maxAttempts {
+			res.Exhausted = true
+			return d.record(now, EventDeadLettered, key, res)
+		}
+		next := policy.NextAttemptAt(d.AttemptsInCycle(), now, jitter, o.RetryAfter).UTC()
+		res.NextAttemptAt = &next
+		return d.record(now, EventRetryScheduled, key, res)
 	case OutcomeTransient:
 		if res.Class == "" {
 			res.Class = ClassTransient
@@ -285,6 +336,147 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 		return d.record(now, EventDeadLettered, key, res)
 	}
 	return nil, fmt.Errorf("record outcome of %s: unknown outcome kind %q", d.id, o.Kind)
+}
+
+// ReceiptWord is a provider's word on one of its messages, as RecordReceipt takes it.
+type ReceiptWord struct {
+	Provider            string
+	ProviderOperationID string
+	// Status is the ledger's reading: pending, delivered, failed, retry, not_found.
+	Status         string
+	ProviderStatus string
+	Code           string
+	Detail         string
+	// Source is "receipt" or "lookup".
+	Source string
+	At     time.Time
+	// NextCheck (a pending lookup) is when to ask the provider again.
+	NextCheck time.Time
+}
+
+// Receipt statuses, as ReceiptWord.Status spells them.
+const (
+	ReceiptPending   = "pending"
+	ReceiptDelivered = "delivered"
+	ReceiptFailed    = "failed"
+	ReceiptRetry     = "retry"
+	ReceiptNotFound  = "not_found"
+)
+
+// ErrReceiptSeen: this very word was recorded before; nothing is recorded again.
+var ErrReceiptSeen = errors.New("receipt already recorded")
+
+// RecordReceipt records a provider's word on one of its messages, and the decision it carries:
+//
+//   - for the attempt the provider accepted under that id and that nothing decided yet, a final
+//     word decides it (delivered; failed: dead; retry or not found: retrying, or dead when the
+//     attempts are used up), recorded together with the word; a pending one is recorded alone;
+//   - for an unknown outcome of the provider's latest attempt (its call timed out), a final word
+//     resolves it, like an operator's reconciliation with the word as evidence;
+//   - any other word (an attempt already decided, a delivery replayed since) is evidence only.
+//
+// The same word twice is recorded once (ErrReceiptSeen).
+func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Time, jitter float64) ([]Event, error) {
+	final := w.Status != ReceiptPending
+	awaited := d.state == StateProcessing && d.awaiting != nil && d.awaiting.Provider == w.Provider &&
+		d.awaiting.ProviderOperationID == w.ProviderOperationID
+	key := KeyReceipt(d.id, w.Provider, w.ProviderOperationID, w.ProviderStatus, w.Code)
+	if awaited && !final && w.Source == "lookup" {
+		// Each lookup that finds the message still on its way is recorded, with when to ask
+		// again; two reconcilers asking at once make one.
+		key = KeyLookup(d.id, d.attempt, d.lookups+1)
+	}
+	if d.receipts[key] {
+		return nil, ErrReceiptSeen
+	}
+	data := ReceiptData{Provider: w.Provider, ProviderOperationID: w.ProviderOperationID, Status: w.Status,
+		ProviderStatus: w.ProviderStatus, Code: w.Code, Detail: w.Detail, Source: w.Source}
+	if !w.At.IsZero() {
+		at := w.At.UTC()
+		data.At = &at
+	}
+	switch {
+	case awaited:
+		data.Attempt = d.attempt
+		if !final && !w.NextCheck.IsZero() {
+			next := w.NextCheck.UTC()
+			data.NextCheckAt = &next
+		}
+		events, err := d.record(now, EventReceiptRecorded, key, data)
+		if err != nil || !final {
+			return events, err
+		}
+		o := Outcome{Provider: w.Provider, ProviderOperationID: w.ProviderOperationID, ProviderCode: w.Code,
+			Err: receiptText(w)}
+		o.Kind = map[string]OutcomeKind{ReceiptDelivered: OutcomeDelivered, ReceiptFailed: OutcomePermanent}[w.Status]
+		if o.Kind == "" {
+			o.Kind = OutcomeTransient
+		}
+		if o.Kind == OutcomeDelivered {
+			o.Err = ""
+		}
+		decided, err := d.decideAccepted(o, w.Source, policy, now, jitter)
+		return append(events, decided...), err
+	case d.state == StateUnknown && final && d.lastResult != nil && d.lastResult.Provider == w.Provider &&
+		d.lastResult.Attempt == d.attempt &&
+		(d.lastResult.ProviderOperationID == "" || d.lastResult.ProviderOperationID == w.ProviderOperationID):
+		data.Attempt = d.attempt
+		events, err := d.record(now, EventReceiptRecorded, key, data)
+		if err != nil {
+			return nil, err
+		}
+		kind := map[string]OutcomeKind{ReceiptDelivered: OutcomeDelivered, ReceiptFailed: OutcomePermanent}[w.Status]
+		if kind == "" {
+			kind = OutcomeTransient // retry or not found: it was not delivered, another attempt is safe
+		}
+		resolved, err := d.Reconcile(Outcome{Kind: kind, ProviderOperationID: w.ProviderOperationID},
+			w.Source+" from "+w.Provider+": "+receiptText(w), w.Source, policy, now, jitter)
+		return append(events, resolved...), err
+	default:
+		if final {
+			data.Evidence = "changes nothing: the attempt it is about is decided, or the message is not the delivery's current attempt"
+		}
+		return d.record(now, EventReceiptRecorded, key, data)
+	}
+}
+
+// decideAccepted records the outcome that decides an attempt the provider accepted.
+func (d *Delivery) decideAccepted(o Outcome, source string, policy RetryPolicy, now time.Time, jitter float64) ([]Event, error) {
+	acc := d.awaiting
+	events, err := d.RecordOutcome(d.attempt, o, policy, now, jitter)
+	if err != nil {
+		return nil, err
+	}
+	// The outcome's data says what decided it, and which provider took the message.
+	var res AttemptResult
+	_ = json.Unmarshal(events[0].Data, &res)
+	res.Source, res.StatusCode = source, acc.StatusCode
+	events[0].Data = encode(res)
+	d.lastResult = &res
+	return events, nil
+}
+
+// GiveUpWaiting records that no receipt or lookup decided an accepted attempt by its deadline:
+// the outcome is unknown (the provider took the message, and no one says whether it arrived).
+func (d *Delivery) GiveUpWaiting(evidence string, policy RetryPolicy, now time.Time) ([]Event, error) {
+	if d.state != StateProcessing || d.awaiting == nil {
+		return nil, fmt.Errorf("%w: delivery %s is %s and not waiting for a receipt", ErrStaleAttempt, d.id, d.state)
+	}
+	o := Outcome{Kind: OutcomeUnknown, Provider: d.awaiting.Provider, ProviderOperationID: d.awaiting.ProviderOperationID, Err: evidence}
+	policy.RetryUnknown = false // a message the provider took is not resent on a deadline
+	return d.decideAccepted(o, "deadline", policy, now, 0)
+}
+
+// receiptText renders a provider's word for the history.
+func receiptText(w ReceiptWord) string {
+	text := w.ProviderStatus
+	if w.Code != "" {
+		text += " (code " + w.Code + ")"
+	}
+	if w.Detail != "" {
+		text += ": " + w.Detail
+	}
+	return text
 }
 
 // ErrNotUnknown: only an unknown outcome can be reconciled.
@@ -373,6 +565,10 @@ func (d *Delivery) AttemptsInCycle() int {
 	}
 	return d.attempt - d.cycleStart + 1
 }
+
+// Awaiting returns the provider's acceptance of the current attempt while no receipt, lookup or
+// deadline has decided it, or nil.
+func (d *Delivery) Awaiting() *ProviderAcceptance { return d.awaiting }
 
 // LastResult returns the result of the latest closed attempt, or nil.
 func (d *Delivery) LastResult() *AttemptResult { return d.lastResult }

@@ -86,6 +86,12 @@ type AttemptResult struct {
 	ProviderOperationID string     `json:"provider_operation_id,omitempty"`
 	// ProviderCode is the provider's own code for its answer (see Outcome.ProviderCode).
 	ProviderCode string `json:"provider_code,omitempty"`
+	// Source says what decided an attempt the provider accepted: "receipt" (its callback),
+	// "lookup" (a status query), "deadline" (no word in time); empty for the call's own answer.
+	Source string `json:"source,omitempty"`
+	// PossibleDuplicate marks a retry scheduled after an unknown outcome (a channel whose
+	// receivers deduplicate, unknown: retry): the provider may have acted on this attempt.
+	PossibleDuplicate bool `json:"possible_duplicate,omitempty"`
 	// Exhausted is set on EventDeadLettered when the attempts ran out.
 	Exhausted bool `json:"exhausted,omitempty"`
 	// NextAttemptAt is set on EventRetryScheduled.
@@ -103,6 +109,41 @@ type Resolution struct {
 	Exhausted           bool   `json:"exhausted,omitempty"`
 	// NextAttemptAt is set on EventReconciledRetry.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+}
+
+// ProviderAcceptance is the data of EventProviderAccepted: which provider took the attempt's
+// message under which id, and when the ledger will ask it (CheckAt) and give up waiting
+// (GiveUpAt, the outcome is then unknown) if no receipt has decided the attempt.
+type ProviderAcceptance struct {
+	Attempt             int       `json:"attempt"`
+	Provider            string    `json:"provider"`
+	ProviderOperationID string    `json:"provider_operation_id"`
+	StatusCode          int       `json:"status_code,omitempty"`
+	ProviderCode        string    `json:"provider_code,omitempty"`
+	LatencyMS           float64   `json:"latency_ms"`
+	CheckAt             time.Time `json:"check_at"`
+	GiveUpAt            time.Time `json:"give_up_at"`
+}
+
+// ReceiptData is the data of EventReceiptRecorded: a provider's word on one of its messages.
+type ReceiptData struct {
+	// Attempt is the attempt the word is about, 0 when it names none the ledger knows.
+	Attempt             int    `json:"attempt,omitempty"`
+	Provider            string `json:"provider"`
+	ProviderOperationID string `json:"provider_operation_id,omitempty"`
+	// Status is the ledger's reading: pending, delivered, failed, retry, not_found.
+	Status string `json:"status"`
+	// ProviderStatus, Code and Detail are the provider's own words.
+	ProviderStatus string `json:"provider_status,omitempty"`
+	Code           string `json:"code,omitempty"`
+	Detail         string `json:"detail,omitempty"`
+	// Source is "receipt" (a callback) or "lookup" (a status query).
+	Source string     `json:"source"`
+	At     *time.Time `json:"at,omitempty"`
+	// Evidence says why the word changed nothing, when it did not ("the attempt is decided").
+	Evidence string `json:"evidence,omitempty"`
+	// NextCheckAt (a lookup that found the message on its way) is when to ask again.
+	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
 }
 
 // Replayed is the data of EventReplayed.
@@ -136,6 +177,22 @@ func KeyReconciled(id string, attempt int) string {
 // many operators ask at once.
 func KeyReplayed(id string, cycle int) string {
 	return fmt.Sprintf("%s/cycle/%d/replayed", id, cycle)
+}
+
+// KeyProviderAccepted is the key of an attempt's EventProviderAccepted.
+func KeyProviderAccepted(id string, attempt int) string {
+	return fmt.Sprintf("%s/attempt/%d/accepted", id, attempt)
+}
+
+// KeyReceipt is the key of a provider's word: one per (operation, status, code), so a callback
+// sent twice, or a lookup that says what a receipt said, is recorded once.
+func KeyReceipt(id, provider, operation, status, code string) string {
+	return fmt.Sprintf("%s/receipt/%s/%s/%s/%s", id, provider, operation, status, code)
+}
+
+// KeyLookup is the key of the n-th lookup of an attempt that found its message still on its way.
+func KeyLookup(id string, attempt, n int) string {
+	return fmt.Sprintf("%s/attempt/%d/lookup/%d", id, attempt, n)
 }
 
 // KeyAttemptStarted is the key of an attempt's EventAttemptStarted.
@@ -207,6 +264,10 @@ func DecodeData(e Event) (any, error) {
 		v = &Resolution{}
 	case EventReplayed:
 		v = &Replayed{}
+	case EventProviderAccepted:
+		v = &ProviderAcceptance{}
+	case EventReceiptRecorded:
+		v = &ReceiptData{}
 	default:
 		return nil, fmt.Errorf("event %d of %s: unknown type %q", e.Version, e.DeliveryID, e.Type)
 	}

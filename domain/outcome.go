@@ -76,7 +76,17 @@ type Outcome struct {
 	// ProviderFault says the outcome counts against the provider's health (5xx, timeouts,
 	// connection errors, refused credentials), not against the recipient (an invalid number).
 	ProviderFault bool
+	// ReceiptTimeout and ReceiptMaxWait (OutcomeAccepted) say when to ask the provider about a
+	// message no receipt has decided, and when to stop waiting and call the outcome unknown.
+	ReceiptTimeout time.Duration
+	ReceiptMaxWait time.Duration
 }
+
+// Defaults of the receipt wait of a provider that confirms delivery later.
+const (
+	DefaultReceiptTimeout = 10 * time.Minute
+	DefaultReceiptMaxWait = 24 * time.Hour
+)
 
 // RetryPolicy decides how often and when a transiently failed delivery is tried again: either
 // exponentially (Base, Cap, full jitter) or by an explicit Schedule of delays.
@@ -88,6 +98,10 @@ type RetryPolicy struct {
 	// Schedule, when set, replaces Base and Cap: the delays after attempt 1, 2, ..., used as
 	// they are (no jitter). A schedule of n delays means n+1 attempts, then dead.
 	Schedule []time.Duration
+	// RetryUnknown (a channel's unknown: retry) schedules the next attempt after an unknown
+	// outcome like after a transient one, for receivers that deduplicate on the delivery id:
+	// the history marks such a retry as a possible duplicate.
+	RetryUnknown bool
 	// MaxAttempts is the number of attempts in one cycle, the first included: the default and
 	// the most a request may ask for, fixed on each delivery at acceptance.
 	MaxAttempts int

@@ -94,35 +94,51 @@ const (
 	EventReconciledRetry EventType = "delivery.reconciled_retry"
 	// EventReplayed starts a new attempt cycle for a dead delivery, keeping its history.
 	EventReplayed EventType = "delivery.replayed"
+	// EventProviderAccepted records that the provider took the attempt's message and will
+	// confirm delivery later (an SMS receipt): the delivery stays processing, no worker holds
+	// it, until a receipt, a status lookup or a deadline decides the attempt.
+	EventProviderAccepted EventType = "delivery.provider_accepted"
+	// EventReceiptRecorded records a provider's receipt or status lookup: a status on the way
+	// (sent, buffered), the word that decides an accepted attempt (recorded together with that
+	// outcome), or word on an attempt already decided, kept as evidence. It changes no state, in
+	// any state.
+	EventReceiptRecorded EventType = "delivery.receipt_recorded"
 )
 
 // EventTypes lists every event type.
 var EventTypes = []EventType{
 	EventAccepted, EventQueued, EventDeferred, EventAttemptStarted, EventDelivered, EventRetryScheduled,
 	EventDeadLettered, EventOutcomeUnknown, EventReconciledDelivered, EventReconciledDead,
-	EventReconciledRetry, EventReplayed,
+	EventReconciledRetry, EventReplayed, EventProviderAccepted, EventReceiptRecorded,
 }
+
+// Preserving reports whether an event of type t keeps whatever state the delivery is in: it
+// adds evidence, not a transition.
+func Preserving(t EventType) bool { return t == EventReceiptRecorded }
 
 // transitions is the whole state machine, written once: from state, event type → next state.
 // A pair that is not here is refused.
 var transitions = map[State]map[EventType]State{
 	StateNone:     {EventAccepted: StateAccepted},
-	StateAccepted: {EventQueued: StateQueued},
-	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued},
+	StateAccepted: {EventQueued: StateQueued, EventReceiptRecorded: StateAccepted},
+	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued, EventReceiptRecorded: StateQueued},
 	StateProcessing: {
-		EventDelivered:      StateDelivered,
-		EventRetryScheduled: StateRetrying,
-		EventDeadLettered:   StateDead,
-		EventOutcomeUnknown: StateUnknown,
+		EventDelivered:        StateDelivered,
+		EventRetryScheduled:   StateRetrying,
+		EventDeadLettered:     StateDead,
+		EventOutcomeUnknown:   StateUnknown,
+		EventProviderAccepted: StateProcessing,
+		EventReceiptRecorded:  StateProcessing,
 	},
-	StateRetrying: {EventQueued: StateQueued},
-	StateDead:     {EventReplayed: StateQueued},
+	StateRetrying: {EventQueued: StateQueued, EventReceiptRecorded: StateRetrying},
+	StateDead:     {EventReplayed: StateQueued, EventReceiptRecorded: StateDead},
 	StateUnknown: {
 		EventReconciledDelivered: StateDelivered,
 		EventReconciledDead:      StateDead,
 		EventReconciledRetry:     StateRetrying,
+		EventReceiptRecorded:     StateUnknown,
 	},
-	StateDelivered: {},
+	StateDelivered: {EventReceiptRecorded: StateDelivered},
 }
 
 // TransitionError is returned when an event is not allowed in a state.

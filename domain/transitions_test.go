@@ -9,22 +9,26 @@ import (
 // table in state.go, so that a change to either one shows up as a failing pair.
 var expectedTransitions = map[State]map[EventType]State{
 	StateNone:     {EventAccepted: StateAccepted},
-	StateAccepted: {EventQueued: StateQueued},
-	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued},
+	StateAccepted: {EventQueued: StateQueued, EventReceiptRecorded: StateAccepted},
+	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued, EventReceiptRecorded: StateQueued},
 	StateProcessing: {
-		EventDelivered:      StateDelivered,
-		EventRetryScheduled: StateRetrying,
-		EventDeadLettered:   StateDead,
-		EventOutcomeUnknown: StateUnknown,
+		EventDelivered:        StateDelivered,
+		EventRetryScheduled:   StateRetrying,
+		EventDeadLettered:     StateDead,
+		EventOutcomeUnknown:   StateUnknown,
+		EventProviderAccepted: StateProcessing,
+		EventReceiptRecorded:  StateProcessing,
 	},
-	StateRetrying: {EventQueued: StateQueued},
-	StateDead:     {EventReplayed: StateQueued},
+	StateRetrying: {EventQueued: StateQueued, EventReceiptRecorded: StateRetrying},
+	StateDead:     {EventReplayed: StateQueued, EventReceiptRecorded: StateDead},
 	StateUnknown: {
 		EventReconciledDelivered: StateDelivered,
 		EventReconciledDead:      StateDead,
 		EventReconciledRetry:     StateRetrying,
+		EventReceiptRecorded:     StateUnknown,
 	},
-	StateDelivered: {},
+	// A receipt is evidence in every state, a delivered delivery's included: it changes nothing.
+	StateDelivered: {EventReceiptRecorded: StateDelivered},
 }
 
 // allStates is StateNone plus every state of the contract.
@@ -131,18 +135,20 @@ func TestEventTypesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 12 {
-		t.Errorf("EventTypes has %d distinct types, want 12", len(seen))
+	if len(seen) != 14 {
+		t.Errorf("EventTypes has %d distinct types, want 14", len(seen))
 	}
 }
 
+// TestEveryStateButDeliveredHasAWayOut: a way out is an event that leads to another state; an
+// event that keeps the state (a deferral, a receipt) is not one.
 func TestEveryStateButDeliveredHasAWayOut(t *testing.T) {
 	t.Parallel()
 
 	for _, from := range allStates() {
 		var exits []EventType
 		for _, event := range EventTypes {
-			if _, err := Next(from, event); err == nil {
+			if to, err := Next(from, event); err == nil && to != from {
 				exits = append(exits, event)
 			}
 		}
@@ -152,6 +158,28 @@ func TestEveryStateButDeliveredHasAWayOut(t *testing.T) {
 		case from != StateDelivered && len(exits) == 0:
 			t.Errorf("state %q has no way out", from)
 		}
+	}
+}
+
+// TestPreservingKeepsEveryState: the events Preserving names keep whatever state the delivery
+// is in, so projections may skip them when they look for the latest state.
+func TestPreservingKeepsEveryState(t *testing.T) {
+	t.Parallel()
+
+	preserving := 0
+	for _, event := range EventTypes {
+		if !Preserving(event) {
+			continue
+		}
+		preserving++
+		for _, from := range States {
+			if to, err := Next(from, event); err != nil || to != from {
+				t.Errorf("Next(%q, %s) = (%q, %v), a preserving event must keep the state", from, event, to, err)
+			}
+		}
+	}
+	if preserving != 1 {
+		t.Errorf("%d preserving event types, want 1 (receipt_recorded)", preserving)
 	}
 }
 
