@@ -49,9 +49,17 @@ func (CountersProjection) Version() int { return 1 }
 const (
 	// countersContextGet reads, for deliveries the batch continues, the accepted event (for the
 	// channel) and the event before the batch (for the state the delivery leaves).
+	// The state before the batch is the one the latest event that says a state leads to: an
+	// event that only adds evidence (a receipt) keeps it, so it is skipped.
 	countersContextGet = `SELECT e.delivery_id::text, e.version, e.type, coalesce(e.data->>'channel', '')
 FROM unnest($1::uuid[], $2::int[]) AS u(id, before)
-JOIN events e ON e.delivery_id = u.id AND (e.version = 1 OR e.version = u.before)`
+JOIN events e ON e.delivery_id = u.id AND e.version = 1
+UNION ALL
+SELECT u.id::text, l.version, l.type, ''
+FROM unnest($1::uuid[], $2::int[]) AS u(id, before)
+CROSS JOIN LATERAL (SELECT e.version, e.type FROM events e
+	WHERE e.delivery_id = u.id AND e.version <= u.before AND e.version > 1 AND e.type <> ALL($3::text[])
+	ORDER BY e.version DESC LIMIT 1) l`
 
 	countersAdd = `INSERT INTO %[1]s AS c (tenant, channel, state, deliveries, entered)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
@@ -91,13 +99,14 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 		before = append(before, int32(first.Version-1))
 	}
 	if len(ids) > 0 {
-		rows, err := tx.Query(ctx, countersContextGet, ids, before)
+		rows, err := tx.Query(ctx, countersContextGet, ids, before, preservingTypes)
 		if err != nil {
 			return fmt.Errorf("read counters context: %w", err)
 		}
 		type found struct {
 			channel string
-			types   map[int]domain.EventType
+			latest  int // the version of the latest event that says a state
+			typ     domain.EventType
 		}
 		got := map[string]*found{}
 		for rows.Next() {
@@ -109,23 +118,25 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 			}
 			f := got[id]
 			if f == nil {
-				f = &found{types: map[int]domain.EventType{}}
+				f = &found{}
 				got[id] = f
 			}
 			if version == 1 {
 				f.channel = channel
 			}
-			f.types[version] = domain.EventType(typ)
+			if version > f.latest {
+				f.latest, f.typ = version, domain.EventType(typ)
+			}
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read counters context: %w", err)
 		}
-		for i, id := range ids {
+		for _, id := range ids {
 			f := got[id]
-			if f == nil || f.channel == "" || f.types[int(before[i])] == "" {
-				return fmt.Errorf("delivery %s: the log does not hold its accepted event or version %d", id, before[i])
+			if f == nil || f.channel == "" {
+				return fmt.Errorf("delivery %s: the log does not hold its accepted event", id)
 			}
-			state, err := StateAfter(f.types[int(before[i])])
+			state, err := StateAfter(f.typ)
 			if err != nil {
 				return err
 			}

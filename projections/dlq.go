@@ -107,6 +107,28 @@ func (f *dlqFold) apply(e domain.Event) error {
 		}
 		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Evidence: v.Evidence,
 			Actor: v.Actor, StatusCode: v.StatusCode, ProviderOperationID: v.ProviderOperationID})
+	case *domain.ProviderAcceptance:
+		r.Provider = v.Provider
+		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Provider: v.Provider,
+			StatusCode: v.StatusCode, LatencyMS: v.LatencyMS, ProviderOperationID: v.ProviderOperationID,
+			Evidence: "accepted by the provider, awaiting its receipt"})
+	case *domain.ReceiptData:
+		text := v.Source + ": " + v.Status
+		if v.ProviderStatus != "" {
+			text += " (" + v.ProviderStatus
+			if v.Code != "" {
+				text += ", code " + v.Code
+			}
+			text += ")"
+		}
+		if v.Detail != "" {
+			text += ": " + v.Detail
+		}
+		if v.Evidence != "" {
+			text += "; " + v.Evidence
+		}
+		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Provider: v.Provider,
+			ProviderOperationID: v.ProviderOperationID, Evidence: text, Actor: v.Source})
 	case *domain.Replayed:
 		r.Attempts, r.Cycle, f.cycleStart = v.Attempt, v.Cycle, v.Attempt
 		r.FailureClass, r.Exhausted, r.LastError, r.LastStatusCode = "", false, "", 0
@@ -146,8 +168,8 @@ func (DLQProjection) Name() string { return NameDLQ }
 // Table implements Projection.
 func (DLQProjection) Table() string { return "dlq_view" }
 
-// Version implements Projection.
-func (DLQProjection) Version() int { return 1 }
+// Version implements Projection. Version 2 keeps providers' acceptances and receipts as evidence.
+func (DLQProjection) Version() int { return 2 }
 
 const dlqColumns = `id::text, tenant, channel, recipient, priority, state, version, attempts, attempts_in_cycle,
 max_attempts, cycle, failure_class, exhausted, last_error, last_status_code, provider, accepted_at, entered_at, evidence`
@@ -188,6 +210,8 @@ ON CONFLICT (id) DO UPDATE SET
 WHERE d.version < excluded.version`
 
 	dlqRowsList = `SELECT ` + dlqColumns + ` FROM %[1]s AS v ORDER BY v.id`
+
+	dlqRowsPresent = `SELECT id::text FROM %[1]s WHERE id = ANY($1::uuid[])`
 )
 
 // Apply implements Projection. The DLQ keeps no copy of deliveries that are not in it: the type
@@ -202,9 +226,15 @@ func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch [
 	var enterIDs []string
 	var enterUpTo []int32
 	var leave []string
+	kept := map[string]int32{} // deliveries whose batch only added evidence, by their last version
 	for _, s := range streams {
 		last := s.events[len(s.events)-1]
-		state, err := StateAfter(last.Type)
+		changing := lastChanging(s.events)
+		if changing == nil {
+			kept[s.id] = int32(last.Version)
+			continue
+		}
+		state, err := StateAfter(changing.Type)
 		if err != nil {
 			return err
 		}
@@ -218,6 +248,25 @@ func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch [
 				leave = append(leave, s.id)
 				break
 			}
+		}
+	}
+	if len(kept) > 0 {
+		// Evidence on a delivery that is in the DLQ refolds its row; on any other, nothing.
+		ids := make([]string, 0, len(kept))
+		for id := range kept {
+			ids = append(ids, id)
+		}
+		rows, err := tx.Query(ctx, fmt.Sprintf(dlqRowsPresent, ident(table)), ids)
+		if err != nil {
+			return fmt.Errorf("read dlq rows: %w", err)
+		}
+		present, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("read dlq rows: %w", err)
+		}
+		for _, id := range present {
+			enterIDs = append(enterIDs, id)
+			enterUpTo = append(enterUpTo, kept[id])
 		}
 	}
 	if len(leave) > 0 {

@@ -125,7 +125,9 @@ var entryStates, leavesDLQ = func() (map[domain.EventType]domain.State, map[doma
 	return entry, leaves
 }()
 
-// StateAfter returns the state an event of type t leads to, whatever the state before it.
+// StateAfter returns the state an event of type t leads to, whatever the state before it. A
+// preserving event (domain.Preserving) leads to the state before it: StateAfter refuses it,
+// and its callers look further back.
 func StateAfter(t domain.EventType) (domain.State, error) {
 	s, ok := entryStates[t]
 	if !ok {
@@ -133,6 +135,29 @@ func StateAfter(t domain.EventType) (domain.State, error) {
 	}
 	return s, nil
 }
+
+// lastChanging returns the latest event of a stream that is not preserving (one whose type
+// says the state it leads to), or nil when every event only adds evidence.
+func lastChanging(events []domain.Event) *domain.Event {
+	for i := len(events) - 1; i >= 0; i-- {
+		if !domain.Preserving(events[i].Type) {
+			return &events[i]
+		}
+	}
+	return nil
+}
+
+// preservingTypes are the types of the events that keep a delivery's state, for SQL that looks
+// for the latest event that says the state.
+var preservingTypes = func() []string {
+	out := []string{} // never NULL: "<> ALL(NULL)" would match nothing
+	for _, t := range domain.EventTypes {
+		if domain.Preserving(t) {
+			out = append(out, string(t))
+		}
+	}
+	return out
+}()
 
 // inDLQ reports whether a delivery in state s belongs in the DLQ view.
 func inDLQ(s domain.State) bool { return s == domain.StateDead || s == domain.StateUnknown }

@@ -203,6 +203,13 @@ func (h *history) raw(rng *rand.Rand, typ domain.EventType, key string, data any
 	}
 }
 
+// lateReceipt records a provider's word on a message that is not the current attempt's: it
+// changes nothing and is kept as evidence.
+func (h *history) lateReceipt(rng *rand.Rand, policy domain.RetryPolicy, step int) {
+	h.do(h.d.RecordReceipt(domain.ReceiptWord{Provider: "sms-a", ProviderOperationID: fmt.Sprintf("SM-late-%d", step),
+		Status: domain.ReceiptDelivered, ProviderStatus: "delivered", Source: "receipt"}, policy, h.tick(rng), 0))
+}
+
 // run walks the delivery through random transitions until it stops (in any state).
 func (h *history) run(rng *rand.Rand) {
 	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
@@ -222,6 +229,25 @@ func (h *history) run(rng *rand.Rand) {
 			}
 			h.do(d.StartAttempt("webhook", h.tick(rng)))
 		case domain.StateProcessing:
+			if acc := d.Awaiting(); acc != nil {
+				// The provider's word on the message it accepted, or no word in time.
+				if rng.IntN(6) == 0 {
+					h.do(d.GiveUpWaiting("no receipt in time", policy, h.tick(rng)))
+					continue
+				}
+				statuses := []string{domain.ReceiptPending, domain.ReceiptDelivered, domain.ReceiptFailed, domain.ReceiptRetry}
+				now := h.tick(rng)
+				h.do(d.RecordReceipt(domain.ReceiptWord{Provider: acc.Provider, ProviderOperationID: acc.ProviderOperationID,
+					Status: statuses[rng.IntN(len(statuses))], ProviderStatus: fmt.Sprintf("s%d", steps), Source: "lookup",
+					NextCheck: now.Add(time.Minute)}, policy, now, rng.Float64()))
+				continue
+			}
+			if rng.IntN(5) == 0 {
+				h.do(d.RecordOutcome(d.Attempt(), domain.Outcome{Kind: domain.OutcomeAccepted, Provider: "sms-a",
+					ProviderOperationID: fmt.Sprintf("SM%d", steps), StatusCode: 201, ReceiptTimeout: time.Minute,
+					ReceiptMaxWait: time.Hour}, policy, h.tick(rng), 0))
+				continue
+			}
 			o := domain.Outcome{Provider: "webhook", Latency: time.Duration(rng.IntN(900)) * time.Millisecond}
 			switch n := rng.IntN(20); {
 			case n < 9:
@@ -235,6 +261,10 @@ func (h *history) run(rng *rand.Rand) {
 			}
 			h.do(d.RecordOutcome(d.Attempt(), o, policy, h.tick(rng), rng.Float64()))
 		case domain.StateDead:
+			if rng.IntN(6) == 0 {
+				h.lateReceipt(rng, policy, steps)
+				continue
+			}
 			if rng.IntN(3) != 0 {
 				return
 			}
@@ -245,9 +275,18 @@ func (h *history) run(rng *rand.Rand) {
 			if rng.IntN(3) == 0 {
 				return
 			}
+			if rng.IntN(4) == 0 {
+				h.lateReceipt(rng, policy, steps)
+				continue
+			}
 			kinds := []domain.OutcomeKind{domain.OutcomeDelivered, domain.OutcomePermanent, domain.OutcomeTransient}
 			o := domain.Outcome{Kind: kinds[rng.IntN(3)], StatusCode: 200, ProviderOperationID: "op-reconciled"}
 			h.do(d.Reconcile(o, "provider status query", "ops", policy, h.tick(rng), rng.Float64()))
+		case domain.StateDelivered:
+			if rng.IntN(4) != 0 {
+				return
+			}
+			h.lateReceipt(rng, policy, steps)
 		default:
 			return
 		}

@@ -38,6 +38,13 @@ type StatusRow struct {
 	TerminalAt *time.Time `db:"terminal_at"`
 	// FirstAttemptAt is when attempt 1 started (version 2 of the projection, migration 0004).
 	FirstAttemptAt *time.Time `db:"first_attempt_at"`
+	// CheckAt is when the reconciler asks the provider about the delivery: an attempt the
+	// provider accepted and no receipt decided (after the receipt timeout, then after each
+	// lookup that found the message on its way), or an unknown outcome (at once). GiveUpAt is
+	// when an accepted attempt with no word becomes unknown. Both nil otherwise (version 3,
+	// migration 0009).
+	CheckAt  *time.Time `db:"check_at"`
+	GiveUpAt *time.Time `db:"give_up_at"`
 }
 
 // FoldStatus folds a whole stream, oldest first, into its status row: the row the status view
@@ -95,11 +102,23 @@ func (r *StatusRow) apply(e domain.Event) error {
 		r.ProviderOperationID = v.ProviderOperationID
 		r.LastErrorClass, r.LastError, r.LastStatusCode = v.Class, v.Error, v.StatusCode
 		r.NextAttemptAt = microPtr(v.NextAttemptAt)
+		r.CheckAt, r.GiveUpAt = nil, nil
+		if e.Type == domain.EventOutcomeUnknown {
+			r.CheckAt = &at
+		}
+	case *domain.ProviderAcceptance:
+		r.Provider, r.ProviderOperationID = v.Provider, v.ProviderOperationID
+		r.CheckAt, r.GiveUpAt = microPtr(&v.CheckAt), microPtr(&v.GiveUpAt)
+	case *domain.ReceiptData:
+		if v.NextCheckAt != nil && r.CheckAt != nil {
+			r.CheckAt = microPtr(v.NextCheckAt)
+		}
 	case *domain.Resolution:
 		if v.ProviderOperationID != "" {
 			r.ProviderOperationID = v.ProviderOperationID
 		}
 		r.NextAttemptAt = microPtr(v.NextAttemptAt)
+		r.CheckAt, r.GiveUpAt = nil, nil
 	case *domain.Replayed:
 		r.Attempts = v.Attempt
 		r.ProviderOperationID, r.LastErrorClass, r.LastError, r.LastStatusCode = "", "", "", 0
@@ -121,20 +140,23 @@ func (StatusProjection) Name() string { return NameStatus }
 // Table implements Projection.
 func (StatusProjection) Table() string { return "status_view" }
 
-// Version implements Projection. Version 2 fills first_attempt_at.
-func (StatusProjection) Version() int { return 2 }
+// Version implements Projection. Version 2 fills first_attempt_at, version 3 check_at and
+// give_up_at.
+func (StatusProjection) Version() int { return 3 }
 
 const statusColumns = `id::text, tenant, notification_id, channel, recipient, priority, state, version, attempts,
 max_attempts, provider, provider_operation_id, last_error_class, last_error, last_status_code, next_attempt_at,
-idempotency_key, accepted_at, updated_at, terminal_at, first_attempt_at`
+idempotency_key, accepted_at, updated_at, terminal_at, first_attempt_at, check_at, give_up_at`
 
 func scanStatus(row pgx.CollectableRow) (StatusRow, error) {
 	var r StatusRow
 	err := row.Scan(&r.ID, &r.Tenant, &r.NotificationID, &r.Channel, &r.Recipient, &r.Priority, &r.State, &r.Version,
 		&r.Attempts, &r.MaxAttempts, &r.Provider, &r.ProviderOperationID, &r.LastErrorClass, &r.LastError,
-		&r.LastStatusCode, &r.NextAttemptAt, &r.RequestKey, &r.AcceptedAt, &r.UpdatedAt, &r.TerminalAt, &r.FirstAttemptAt)
+		&r.LastStatusCode, &r.NextAttemptAt, &r.RequestKey, &r.AcceptedAt, &r.UpdatedAt, &r.TerminalAt, &r.FirstAttemptAt,
+		&r.CheckAt, &r.GiveUpAt)
 	r.AcceptedAt, r.UpdatedAt = r.AcceptedAt.UTC(), r.UpdatedAt.UTC()
 	r.NextAttemptAt, r.TerminalAt, r.FirstAttemptAt = utcPtr(r.NextAttemptAt), utcPtr(r.TerminalAt), utcPtr(r.FirstAttemptAt)
+	r.CheckAt, r.GiveUpAt = utcPtr(r.CheckAt), utcPtr(r.GiveUpAt)
 	return r, err
 }
 
@@ -158,13 +180,15 @@ const (
 	max_attempts = u.max_attempts, provider = u.provider, provider_operation_id = u.provider_operation_id,
 	last_error_class = u.last_error_class, last_error = u.last_error, last_status_code = u.last_status_code,
 	next_attempt_at = u.next_attempt_at, idempotency_key = u.idempotency_key, accepted_at = u.accepted_at,
-	updated_at = u.updated_at, terminal_at = u.terminal_at, first_attempt_at = u.first_attempt_at
+	updated_at = u.updated_at, terminal_at = u.terminal_at, first_attempt_at = u.first_attempt_at,
+	check_at = u.check_at, give_up_at = u.give_up_at
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[],
 	$9::int[], $10::int[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int[], $16::timestamptz[],
-	$17::text[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[], $22::int[])
+	$17::text[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[], $22::timestamptz[],
+	$23::timestamptz[], $24::int[])
 	AS u(id, tenant, notification_id, channel, recipient, priority, state, version, attempts, max_attempts,
 	provider, provider_operation_id, last_error_class, last_error, last_status_code, next_attempt_at,
-	idempotency_key, accepted_at, updated_at, terminal_at, first_attempt_at, expected_version)
+	idempotency_key, accepted_at, updated_at, terminal_at, first_attempt_at, check_at, give_up_at, expected_version)
 WHERE v.id = u.id AND v.version = u.expected_version`
 
 	// By the uuid column (the index), not the text output column of the same name; both orders
@@ -242,7 +266,7 @@ type statusColumnsArrays struct {
 	states, providers, operations, classes, errors, keys          []string
 	versions, attempts, maxAttempts, codes, expected              []int32
 	accepted, updated                                             []time.Time
-	next, terminal, first                                         []*time.Time
+	next, terminal, first, check, giveUp                          []*time.Time
 }
 
 func (a *statusColumnsArrays) add(r StatusRow, expected int) {
@@ -268,13 +292,16 @@ func (a *statusColumnsArrays) add(r StatusRow, expected int) {
 	a.updated = append(a.updated, r.UpdatedAt)
 	a.terminal = append(a.terminal, r.TerminalAt)
 	a.first = append(a.first, r.FirstAttemptAt)
+	a.check = append(a.check, r.CheckAt)
+	a.giveUp = append(a.giveUp, r.GiveUpAt)
 	a.expected = append(a.expected, int32(expected))
 }
 
 // statusCopyColumns are the columns COPY writes.
 var statusCopyColumns = []string{"id", "tenant", "notification_id", "channel", "recipient", "priority", "state", "version",
 	"attempts", "max_attempts", "provider", "provider_operation_id", "last_error_class", "last_error", "last_status_code",
-	"next_attempt_at", "idempotency_key", "accepted_at", "updated_at", "terminal_at", "first_attempt_at"}
+	"next_attempt_at", "idempotency_key", "accepted_at", "updated_at", "terminal_at", "first_attempt_at", "check_at",
+	"give_up_at"}
 
 // row is row i in the column order of statusCopyColumns, for COPY.
 func (a *statusColumnsArrays) row(i int) ([]any, error) {
@@ -284,14 +311,14 @@ func (a *statusColumnsArrays) row(i int) ([]any, error) {
 	}
 	return []any{id, a.tenants[i], a.notifications[i], a.channels[i], a.recipients[i], a.priorities[i], a.states[i],
 		a.versions[i], a.attempts[i], a.maxAttempts[i], a.providers[i], a.operations[i], a.classes[i], a.errors[i],
-		a.codes[i], a.next[i], a.keys[i], a.accepted[i], a.updated[i], a.terminal[i], a.first[i]}, nil
+		a.codes[i], a.next[i], a.keys[i], a.accepted[i], a.updated[i], a.terminal[i], a.first[i], a.check[i], a.giveUp[i]}, nil
 }
 
 // args are the arrays of statusRowsUpdate.
 func (a *statusColumnsArrays) args() []any {
 	return []any{a.ids, a.tenants, a.notifications, a.channels, a.recipients, a.priorities, a.states, a.versions,
 		a.attempts, a.maxAttempts, a.providers, a.operations, a.classes, a.errors, a.codes, a.next, a.keys,
-		a.accepted, a.updated, a.terminal, a.first, a.expected}
+		a.accepted, a.updated, a.terminal, a.first, a.check, a.giveUp, a.expected}
 }
 
 // Verify implements Projection: it walks the view and the log's streams side by side, both in

@@ -271,16 +271,18 @@ func exportCommand(stdout, stderr io.Writer) *ffcli.Command {
 
 // exportLine is one line of `ledger export`.
 type exportLine struct {
-	Position       int64            `json:"position"`
-	TransactionID  string           `json:"transaction_id"`
-	DeliveryID     string           `json:"delivery_id"`
-	Tenant         string           `json:"tenant"`
-	Version        int              `json:"version"`
-	Type           domain.EventType `json:"type"`
-	State          domain.State     `json:"state"`
-	RecordedAt     time.Time        `json:"recorded_at"`
-	IdempotencyKey string           `json:"idempotency_key"`
-	Data           json.RawMessage  `json:"data"`
+	Position      int64            `json:"position"`
+	TransactionID string           `json:"transaction_id"`
+	DeliveryID    string           `json:"delivery_id"`
+	Tenant        string           `json:"tenant"`
+	Version       int              `json:"version"`
+	Type          domain.EventType `json:"type"`
+	// State is the state the event leads to; absent for an event that keeps whatever state it
+	// finds (a receipt).
+	State          domain.State    `json:"state,omitempty"`
+	RecordedAt     time.Time       `json:"recorded_at"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Data           json.RawMessage `json:"data"`
 }
 
 func exportLog(ctx context.Context, cfg app.Config, r postgres.LogRange, out string, stdout, stderr io.Writer) (err error) {
@@ -317,9 +319,11 @@ func exportLog(ctx context.Context, cfg app.Config, r postgres.LogRange, out str
 	enc := json.NewEncoder(w)
 	var n int64
 	err = store.ExportLog(ctx, r, func(e projections.LoggedEvent) error {
-		state, err := projections.StateAfter(e.Type)
-		if err != nil {
-			return err
+		var state domain.State
+		if !domain.Preserving(e.Type) {
+			if state, err = projections.StateAfter(e.Type); err != nil {
+				return err
+			}
 		}
 		n++
 		prog.update("exporting", n, max(total, n), n, false)
