@@ -202,6 +202,7 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.nextDueAt = &until
 	case *AttemptStarted:
 		d.attempt = v.Attempt
+		d.lookups = 0
 	case *AttemptResult:
 		d.lastResult = v
 		d.nextDueAt = v.NextAttemptAt
@@ -280,6 +281,7 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 		LatencyMS:           float64(o.Latency.Microseconds()) / 1000,
 		ProviderOperationID: o.ProviderOperationID,
 		ProviderCode:        o.ProviderCode,
+		FailedOver:          o.FailedOver,
 	}
 	key := KeyAttemptOutcome(d.id, attempt)
 	switch o.Kind {
@@ -296,7 +298,8 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 		}
 		return d.record(now, EventProviderAccepted, KeyProviderAccepted(d.id, attempt), ProviderAcceptance{
 			Attempt: attempt, Provider: o.Provider, ProviderOperationID: o.ProviderOperationID, StatusCode: o.StatusCode,
-			ProviderCode: o.ProviderCode, LatencyMS: res.LatencyMS, CheckAt: now.Add(timeout).UTC(), GiveUpAt: now.Add(maxWait).UTC(),
+			ProviderCode: o.ProviderCode, LatencyMS: res.LatencyMS, FailedOver: o.FailedOver,
+			CheckAt: now.Add(timeout).UTC(), GiveUpAt: now.Add(maxWait).UTC(),
 		})
 	case OutcomeDelivered:
 		res.Class = ""
@@ -366,6 +369,11 @@ const (
 // ErrReceiptSeen: this very word was recorded before; nothing is recorded again.
 var ErrReceiptSeen = errors.New("receipt already recorded")
 
+// ErrReceiptEarly: a call of the delivery's current attempt is in flight, and its acceptance
+// is not recorded yet (the callback beat the provider's answer); nothing is recorded,
+// and the provider should send it again.
+var ErrReceiptEarly = errors.New("receipt ahead of the provider's acceptance")
+
 // RecordReceipt records a provider's word on one of its messages, and the decision it carries:
 //
 //   - for the attempt the provider accepted under that id and that nothing decided yet, a final
@@ -381,13 +389,18 @@ func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Tim
 	awaited := d.state == StateProcessing && d.awaiting != nil && d.awaiting.Provider == w.Provider &&
 		d.awaiting.ProviderOperationID == w.ProviderOperationID
 	key := KeyReceipt(d.id, w.Provider, w.ProviderOperationID, w.ProviderStatus, w.Code)
-	if awaited && !final && w.Source == "lookup" {
+	if !final && w.Source == "lookup" && (awaited || d.state == StateUnknown) {
 		// Each lookup that finds the message still on its way is recorded, with when to ask
 		// again; two reconcilers asking at once make one.
 		key = KeyLookup(d.id, d.attempt, d.lookups+1)
 	}
 	if d.receipts[key] {
 		return nil, ErrReceiptSeen
+	}
+	if d.state == StateProcessing && d.awaiting == nil {
+		// A call is in flight (with this provider or, after a failover, another): its answer
+		// may be the acceptance this word is about.
+		return nil, fmt.Errorf("%w: delivery %s attempt %d", ErrReceiptEarly, d.id, d.attempt)
 	}
 	data := ReceiptData{Provider: w.Provider, ProviderOperationID: w.ProviderOperationID, Status: w.Status,
 		ProviderStatus: w.ProviderStatus, Code: w.Code, Detail: w.Detail, Source: w.Source}
@@ -433,6 +446,10 @@ func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Tim
 			w.Source+" from "+w.Provider+": "+receiptText(w), w.Source, policy, now, jitter)
 		return append(events, resolved...), err
 	default:
+		if !final && !w.NextCheck.IsZero() && d.state == StateUnknown {
+			next := w.NextCheck.UTC()
+			data.NextCheckAt = &next
+		}
 		if final {
 			data.Evidence = "changes nothing: the attempt it is about is decided, or the message is not the delivery's current attempt"
 		}

@@ -92,6 +92,8 @@ type AttemptResult struct {
 	// PossibleDuplicate marks a retry scheduled after an unknown outcome (a channel whose
 	// receivers deduplicate, unknown: retry): the provider may have acted on this attempt.
 	PossibleDuplicate bool `json:"possible_duplicate,omitempty"`
+	// FailedOver lists the providers tried before Provider, whose calls never reached them.
+	FailedOver []ProviderTry `json:"failed_over,omitempty"`
 	// Exhausted is set on EventDeadLettered when the attempts ran out.
 	Exhausted bool `json:"exhausted,omitempty"`
 	// NextAttemptAt is set on EventRetryScheduled.
@@ -115,14 +117,16 @@ type Resolution struct {
 // message under which id, and when the ledger will ask it (CheckAt) and give up waiting
 // (GiveUpAt, the outcome is then unknown) if no receipt has decided the attempt.
 type ProviderAcceptance struct {
-	Attempt             int       `json:"attempt"`
-	Provider            string    `json:"provider"`
-	ProviderOperationID string    `json:"provider_operation_id"`
-	StatusCode          int       `json:"status_code,omitempty"`
-	ProviderCode        string    `json:"provider_code,omitempty"`
-	LatencyMS           float64   `json:"latency_ms"`
-	CheckAt             time.Time `json:"check_at"`
-	GiveUpAt            time.Time `json:"give_up_at"`
+	Attempt             int     `json:"attempt"`
+	Provider            string  `json:"provider"`
+	ProviderOperationID string  `json:"provider_operation_id"`
+	StatusCode          int     `json:"status_code,omitempty"`
+	ProviderCode        string  `json:"provider_code,omitempty"`
+	LatencyMS           float64 `json:"latency_ms"`
+	// FailedOver lists the providers tried before Provider, whose calls never reached them.
+	FailedOver []ProviderTry `json:"failed_over,omitempty"`
+	CheckAt    time.Time     `json:"check_at"`
+	GiveUpAt   time.Time     `json:"give_up_at"`
 }
 
 // ReceiptData is the data of EventReceiptRecorded: a provider's word on one of its messages.

@@ -76,10 +76,20 @@ type Outcome struct {
 	// ProviderFault says the outcome counts against the provider's health (5xx, timeouts,
 	// connection errors, refused credentials), not against the recipient (an invalid number).
 	ProviderFault bool
+	// FailedOver lists the providers the attempt tried first, whose calls never reached them
+	// (set by the attempt, not by an adapter).
+	FailedOver []ProviderTry
 	// ReceiptTimeout and ReceiptMaxWait (OutcomeAccepted) say when to ask the provider about a
 	// message no receipt has decided, and when to stop waiting and call the outcome unknown.
 	ReceiptTimeout time.Duration
 	ReceiptMaxWait time.Duration
+}
+
+// ProviderTry is a provider an attempt tried before the one whose answer it records: the call
+// did not reach it (its circuit was open, the connection was refused), so it cannot have sent.
+type ProviderTry struct {
+	Provider string `json:"provider"`
+	Error    string `json:"error"`
 }
 
 // Defaults of the receipt wait of a provider that confirms delivery later.

@@ -266,3 +266,18 @@ func TestRetryUnknownSchedulesAPossibleDuplicate(t *testing.T) {
 	}
 	rehydrated(t, s)
 }
+
+func TestReceiptAheadOfTheAcceptanceIsRefused(t *testing.T) {
+	t.Parallel()
+	spec := validSpec()
+	spec.Channel = "sms"
+	s := processing(t, spec)
+	version := s.d.Version()
+	if _, err := s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptDelivered,
+		Source: "receipt"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptEarly) {
+		t.Fatalf("receipt while the call is in flight: %v, want ErrReceiptEarly", err)
+	}
+	if s.d.Version() != version {
+		t.Fatalf("a refused receipt recorded something")
+	}
+}

@@ -55,6 +55,8 @@ type Evidence struct {
 	StatusCode          int               `json:"status_code,omitempty"`
 	LatencyMS           float64           `json:"latency_ms,omitempty"`
 	ProviderOperationID string            `json:"provider_operation_id,omitempty"`
+	// FailedOver lists the providers the attempt tried first, whose calls never reached them.
+	FailedOver []domain.ProviderTry `json:"failed_over,omitempty"`
 	// Evidence and Actor are a reconciliation's.
 	Evidence string `json:"evidence,omitempty"`
 	Actor    string `json:"actor,omitempty"`
@@ -100,7 +102,7 @@ func (f *dlqFold) apply(e domain.Event) error {
 		r.FailureClass, r.Exhausted, r.LastError, r.LastStatusCode = v.Class, v.Exhausted, v.Error, v.StatusCode
 		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Provider: v.Provider,
 			Class: v.Class, Error: v.Error, StatusCode: v.StatusCode, LatencyMS: v.LatencyMS,
-			ProviderOperationID: v.ProviderOperationID})
+			ProviderOperationID: v.ProviderOperationID, FailedOver: v.FailedOver})
 	case *domain.Resolution:
 		if v.Exhausted {
 			r.Exhausted = true
