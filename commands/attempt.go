@@ -62,6 +62,28 @@ type Limiter interface {
 	Acquire(provider, destination string) (release func(), ok bool, retryAfter time.Duration, reason string)
 }
 
+// BreakerResult is what a call tells its provider's circuit breaker.
+type BreakerResult int
+
+const (
+	// BreakerSuccess: the provider answered (a delivery, an acceptance, or a refusal of this
+	// one recipient, such as an invalid number, which says nothing about the provider).
+	BreakerSuccess BreakerResult = iota
+	// BreakerFault: the call counts against the provider's health (Outcome.ProviderFault).
+	BreakerFault
+	// BreakerIgnore: no call was made after all (a limit held it back, the attempt was not
+	// started); it counts neither way.
+	BreakerIgnore
+)
+
+// Breakers keeps a circuit breaker per provider: the health an attempt's failover follows.
+type Breakers interface {
+	// Allow asks whether a call of provider may go now. When ok, done must be called exactly
+	// once with what the call showed. When not (the circuit is open, or half open with its
+	// probe out), retryAfter is when it may admit a probe.
+	Allow(provider string) (done func(BreakerResult), retryAfter time.Duration, ok bool)
+}
+
 // AttemptMetrics receives what the attempt observes. *metrics.Metrics implements it.
 type AttemptMetrics interface {
 	Attempt(channel, provider, outcome string, d time.Duration)
@@ -81,6 +103,9 @@ type AttemptConfig struct {
 	Channels *Channels
 	// Limiter, when set, is asked before every provider call; nil limits nothing.
 	Limiter Limiter
+	// Breakers, when set, is asked before every provider call, and an attempt goes to the
+	// first of its channel's providers whose breaker admits it; nil admits every call.
+	Breakers Breakers
 	// Metrics, when set, receives every attempt's observations.
 	Metrics AttemptMetrics
 	Logger  *slog.Logger
@@ -114,6 +139,7 @@ type AttemptHandler struct {
 	reroute  *RerouteHandler
 	channels *Channels
 	limiter  Limiter
+	breakers Breakers
 	metrics  AttemptMetrics
 	clock    Clock
 	logger   *slog.Logger
@@ -136,13 +162,16 @@ func NewAttemptHandler(cfg AttemptConfig) (*AttemptHandler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	start := NewStartAttemptHandler(cfg.Store, cfg.Clock)
+	start.topics, start.policies = cfg.Topics, cfg.Policies
 	return &AttemptHandler{
-		start:      NewStartAttemptHandler(cfg.Store, cfg.Clock),
+		start:      start,
 		record:     NewRecordOutcomeHandler(cfg.Store, cfg.Topics, cfg.Clock, cfg.Policies),
 		defers:     NewDeferAttemptHandler(cfg.Store, cfg.Topics, cfg.Clock),
 		reroute:    NewRerouteHandler(cfg.Store, cfg.Topics, cfg.Clock),
 		channels:   cfg.Channels,
 		limiter:    cfg.Limiter,
+		breakers:   cfg.Breakers,
 		metrics:    cfg.Metrics,
 		clock:      cfg.Clock,
 		logger:     cfg.Logger,
@@ -159,8 +188,6 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		log.Error("work message for a channel this ledger does not serve, dead-lettering", "channel", msg.Channel)
 		return Reject
 	}
-	sender := ch.Providers[0]
-
 	// A delay longer than the largest tier arrives early: send it round the tiers again.
 	if early := msg.DueAt.Sub(h.clock.Now()); early > earlyTolerance {
 		hop := uuid.NewSHA1(uuid.NameSpaceOID, []byte(a.MessageID+"/reroute")).String()
@@ -174,21 +201,20 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		return Ack
 	}
 
+	// The attempt goes to the first provider, in the channel's order, whose breaker admits it
+	// and whose limits have room; the ones passed over are in its result.
+	c := &call{h: h, ch: ch, msg: msg}
+	defer c.close()
 	noStart := false
-	if h.limiter != nil {
-		release, ok, retryIn, reason := h.limiter.Acquire(sender.Provider(), ch.destination(msg.Recipient))
-		if !ok {
-			verdict, deferred := h.deferAttempt(ctx, log, msg, reason, retryIn)
-			if deferred || verdict != Ack {
-				return verdict
-			}
-			// Not deferred: the attempt is not queued (a worker died mid-call and this is the
-			// redelivered copy, or another copy moved it on). Resolve that without a call.
-			noStart = true
-		} else {
-			defer release()
+	if verdict, ok := c.next(ctx, log, 0); !ok {
+		if verdict != Ack {
+			return verdict
 		}
+		// Not deferred: the attempt is not queued (a worker died mid-call and this is the
+		// redelivered copy, or another copy moved it on). Resolve that without a call.
+		noStart = true
 	}
+	sender := c.sender()
 
 	var decision StartDecision
 	var known *domain.Delivery
@@ -220,8 +246,18 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		return Ack
 	}
 
-	outcome := h.call(ctx, sender, msg)
-	h.metrics.Attempt(msg.Channel, outcome.Provider, string(outcome.Kind), outcome.Latency)
+	outcome := c.send(ctx)
+	// A call that never reached its provider cannot have sent anything: the same attempt moves
+	// on to the next provider at once. After any other outcome, an unknown one above all (the
+	// provider may have sent it), the attempt stays with the provider that answered.
+	for outcome.NotSent && outcome.Kind == domain.OutcomeTransient {
+		c.passOver(outcome.Err)
+		if _, ok := c.next(ctx, log, c.index+1); !ok {
+			break
+		}
+		outcome = c.send(ctx)
+	}
+	outcome.FailedOver = c.tried
 	var state domain.State
 	// The outcome is known only here: keep trying to record it rather than requeue, because a
 	// redelivered message would find the attempt started and could only record "unknown".
@@ -236,8 +272,110 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		return Requeue
 	}
 	h.observe(msg, outcome, state)
-	log.Debug("attempt recorded", "outcome", outcome.Kind, "state", state)
+	log.Debug("attempt recorded", "outcome", outcome.Kind, "state", state, "provider", outcome.Provider)
 	return Ack
+}
+
+// call is one attempt's way through its channel's providers: the provider it is with, the
+// breaker and limit slots it holds, and the providers passed over.
+type call struct {
+	h     *AttemptHandler
+	ch    *Channel
+	msg   WorkMessage
+	index int
+	// done reports to the current provider's breaker; release frees its limit slots.
+	done     func(BreakerResult)
+	releases []func()
+	tried    []domain.ProviderTry
+}
+
+func (c *call) sender() Sender { return c.ch.Providers[c.index] }
+
+// next moves the call to the first provider from index on that its breaker admits and its
+// limits let through. When there is none, the first attempt of the message (from 0) is deferred
+// until a breaker or limit may have room, and ok is false with the verdict of that; a failover
+// (from further on) just reports false, and the attempt keeps the outcome it has.
+func (c *call) next(ctx context.Context, log *slog.Logger, from int) (Verdict, bool) {
+	h := c.h
+	wait, reason := time.Duration(0), ""
+	for i := from; i < len(c.ch.Providers); i++ {
+		p := c.ch.Providers[i].Provider()
+		var done func(BreakerResult)
+		if h.breakers != nil {
+			d, retryIn, ok := h.breakers.Allow(p)
+			if !ok {
+				c.tried = append(c.tried, domain.ProviderTry{Provider: p, Error: "circuit open"})
+				if wait == 0 || retryIn < wait {
+					wait, reason = retryIn, "circuit open for every provider of channel "+c.ch.Name
+				}
+				continue
+			}
+			done = d
+		}
+		if h.limiter != nil {
+			release, ok, retryIn, why := h.limiter.Acquire(p, c.ch.destination(c.msg.Recipient))
+			if !ok {
+				if done != nil {
+					done(BreakerIgnore)
+				}
+				c.tried = append(c.tried, domain.ProviderTry{Provider: p, Error: "held back: " + why})
+				if wait == 0 || retryIn < wait {
+					wait, reason = retryIn, why
+				}
+				continue
+			}
+			c.releases = append(c.releases, release)
+		}
+		c.index, c.done = i, done
+		return Ack, true
+	}
+	if from > 0 {
+		return Ack, false
+	}
+	// Nothing could take the first call: nothing was sent, so the passed-over list is moot.
+	c.tried = nil
+	verdict, deferred := h.deferAttempt(ctx, log, c.msg, reason, wait)
+	if deferred {
+		return verdict, false
+	}
+	c.index = 0
+	return verdict, false
+}
+
+// send calls the current provider and reports the outcome to its breaker.
+func (c *call) send(ctx context.Context) domain.Outcome {
+	sender := c.sender()
+	outcome := c.h.call(ctx, sender, c.msg)
+	if outcome.Provider == "" {
+		outcome.Provider = sender.Provider()
+	}
+	c.h.metrics.Attempt(c.msg.Channel, outcome.Provider, string(outcome.Kind), outcome.Latency)
+	if c.done != nil {
+		result := BreakerSuccess
+		if outcome.ProviderFault {
+			result = BreakerFault
+		}
+		c.done(result)
+		c.done = nil
+	}
+	return outcome
+}
+
+// passOver records that the current provider's call never reached it.
+func (c *call) passOver(reason string) {
+	c.tried = append(c.tried, domain.ProviderTry{Provider: c.sender().Provider(), Error: reason})
+}
+
+// close frees what the call holds: a breaker that admitted a call that was never made, and the
+// limit slots.
+func (c *call) close() {
+	if c.done != nil {
+		c.done(BreakerIgnore)
+		c.done = nil
+	}
+	for _, release := range c.releases {
+		release()
+	}
 }
 
 // deferAttempt records that a limit held the attempt back and sends it through a delay tier. It

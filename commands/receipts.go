@@ -3,7 +3,11 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"time"
+
+	"github.com/deliveryledger/ledger/domain"
 )
 
 // ReceiptStatus is what a provider's delivery receipt or status lookup says of a message it
@@ -71,4 +75,106 @@ type LookupQuery struct {
 // SMS API) do not implement it; their outcomes wait for a receipt or an operator.
 type Lookup interface {
 	Lookup(ctx context.Context, q LookupQuery) (Receipt, error)
+}
+
+// OperationFinder finds the delivery whose attempt a provider accepted under an operation id.
+type OperationFinder interface {
+	// FindOperation returns the id of the delivery whose history records that provider
+	// accepting a message under operationID, or ErrNotFound.
+	FindOperation(ctx context.Context, provider, operationID string) (string, error)
+}
+
+// ErrReceiptEarly: the receipt is about a delivery whose call is still in flight (the provider
+// called back before its own answer was recorded). Nothing is recorded; the provider should
+// send it again shortly.
+var ErrReceiptEarly = domain.ErrReceiptEarly
+
+// RecordReceiptHandler records providers' receipts and lookups, and the decisions they carry.
+type RecordReceiptHandler struct {
+	store    EventStore
+	finder   OperationFinder
+	topics   Topics
+	clock    Clock
+	policies Policies
+	jitter   func() float64
+	// OnDecided, when set, is told the channel and the state of each delivery a receipt moved.
+	OnDecided func(channel string, state domain.State)
+}
+
+// NewRecordReceiptHandler builds the command.
+func NewRecordReceiptHandler(store EventStore, finder OperationFinder, topics Topics, clock Clock, policies Policies) *RecordReceiptHandler {
+	return &RecordReceiptHandler{store: store, finder: finder, topics: topics, clock: clock, policies: policies, jitter: rand.Float64}
+}
+
+// ReceiptResult is what recording a receipt did.
+type ReceiptResult struct {
+	DeliveryID string
+	// Recorded is false when the same word was recorded before (nothing was written again).
+	Recorded bool
+	// State is the delivery's state after the receipt; Changed says whether the receipt moved it.
+	State   domain.State
+	Changed bool
+}
+
+// RecordReceipt is a provider's word to record.
+type RecordReceipt struct {
+	Receipt Receipt
+	// Source is "receipt" (the provider's callback) or "lookup" (a status query).
+	Source string
+	// NextCheck (a lookup) is when to ask again if the message is still on its way.
+	NextCheck time.Time
+	// AtVersion (a lookup) is the delivery's version when the question was asked: if anything
+	// was recorded since (a receipt, another reconciler's lookup), the answer is dropped, and
+	// the delivery is looked at again on the next pass. Zero records whatever the version.
+	AtVersion int
+}
+
+// Handle records cmd's word. The delivery is Receipt.DeliveryID when the provider echoes it,
+// otherwise the one whose history has the provider accepting Receipt.OperationID; ErrNotFound
+// when there is none.
+func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (ReceiptResult, error) {
+	r := cmd.Receipt
+	res := ReceiptResult{DeliveryID: r.DeliveryID, Recorded: true}
+	if res.DeliveryID == "" {
+		if r.OperationID == "" {
+			return res, fmt.Errorf("%w: the receipt names neither a delivery nor a provider message", ErrReceiptMalformed)
+		}
+		id, err := h.finder.FindOperation(ctx, r.Provider, r.OperationID)
+		if err != nil {
+			return res, err
+		}
+		res.DeliveryID = id
+	}
+	word := domain.ReceiptWord{Provider: r.Provider, ProviderOperationID: r.OperationID, Status: string(r.Status),
+		ProviderStatus: r.ProviderStatus, Code: r.Code, Detail: r.Detail, Source: cmd.Source, At: r.At, NextCheck: cmd.NextCheck}
+	var before domain.State
+	stale := false
+	d, err := decide(ctx, h.store, res.DeliveryID, nil, "record receipt for "+res.DeliveryID, func(d *domain.Delivery) (decision, error) {
+		now := h.clock.Now()
+		before = d.State()
+		if cmd.AtVersion > 0 && d.Version() != cmd.AtVersion {
+			stale = true
+			return decision{}, nil
+		}
+		events, err := d.RecordReceipt(word, h.policies(d.Channel()), now, h.jitter())
+		if err != nil {
+			return decision{}, err
+		}
+		if d.State() == before {
+			return decision{events: events}, nil // evidence: no message follows it
+		}
+		outbox, err := followUp(h.topics, d, events[len(events)-1].Key, now)
+		return decision{events: events, outbox: outbox}, err
+	})
+	if errors.Is(err, domain.ErrReceiptSeen) || stale {
+		res.Recorded, err = false, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	res.State, res.Changed = d.State(), d.State() != before
+	if res.Changed && h.OnDecided != nil {
+		h.OnDecided(d.Channel(), d.State())
+	}
+	return res, nil
 }

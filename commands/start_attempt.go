@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -46,6 +47,11 @@ const (
 type StartAttemptHandler struct {
 	store EventStore
 	clock Clock
+	// topics and policies, when set, apply the channel's unknown policy to the outcome of a
+	// worker that died mid-call (unknown: retry schedules the next attempt); without them that
+	// outcome is held unknown.
+	topics   Topics
+	policies Policies
 }
 
 // NewStartAttemptHandler builds the command.
@@ -81,6 +87,11 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 			started, err := d.StartAttempt(cmd.Provider, now)
 			answer = StartProceed
 			return decision{events: started}, err
+		case d.Attempt() == attempt && d.State() == domain.StateProcessing && d.Awaiting() != nil:
+			// The provider accepted the attempt's message and the worker acked; a copy that
+			// comes now (a republished duplicate) has nothing to do: receipts decide.
+			answer = StartSkip
+			return decision{}, nil
 		case d.Attempt() == attempt && d.State() == domain.StateProcessing:
 			// Started and not closed. A fresh copy (a republished duplicate) means another
 			// consumer owns the attempt: leave it to that one. A redelivered copy means the
@@ -93,14 +104,27 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 				answer = StartProceed
 				return decision{}, nil
 			}
+			policy := domain.RetryPolicy{}
+			if h.policies != nil && h.topics != nil {
+				policy = h.policies(d.Channel())
+			}
 			unknown, err := d.RecordOutcome(attempt, domain.Outcome{
 				Kind:     domain.OutcomeUnknown,
 				Provider: cmd.Provider,
 				Err:      "worker stopped during the attempt; the provider may have received it",
-			}, domain.RetryPolicy{}, now, 0)
+			}, policy, now, rand.Float64())
+			if err != nil {
+				return decision{}, err
+			}
 			answer = StartRecordedUnknown
+			var outbox []OutboxMessage
+			if h.topics != nil {
+				if outbox, err = followUp(h.topics, d, unknown[0].Key, now); err != nil {
+					return decision{}, err
+				}
+			}
 			// A taken key: another redelivered copy recorded the same unknown outcome.
-			return decision{events: unknown, duplicateIsDone: true}, err
+			return decision{events: unknown, outbox: outbox, duplicateIsDone: true}, nil
 		default:
 			answer = StartSkip
 			return decision{}, nil

@@ -345,3 +345,38 @@ func (r *Reader) StaleDeliveries(ctx context.Context, olderThan time.Time, limit
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
+
+// DueRow is a delivery the status view says is due a look at its provider.
+type DueRow struct {
+	ID       string
+	Provider string
+	State    domain.State
+	CheckAt  time.Time
+	GiveUpAt *time.Time
+}
+
+// statusDue lists the deliveries whose check time has come and that either a lookup can help
+// (their provider is askable) or are past their give-up time; the partial index on check_at
+// holds only such deliveries.
+const statusDue = `SELECT id::text, provider, state, check_at, give_up_at FROM status_view
+WHERE check_at IS NOT NULL AND check_at <= $1 AND (provider = ANY($2::text[]) OR give_up_at <= $1)
+ORDER BY check_at LIMIT $3`
+
+// DueChecks returns up to limit deliveries, over all tenants, due a look by the reconciler at
+// now: an attempt a provider accepted whose receipt is overdue, or an unknown outcome, whose
+// provider is one of askable; or an accepted attempt past its give-up time, whatever its provider.
+func (r *Reader) DueChecks(ctx context.Context, now time.Time, askable []string, limit int) ([]DueRow, error) {
+	if askable == nil {
+		askable = []string{}
+	}
+	rows, err := r.pool.Query(ctx, statusDue, now, askable, limit)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries due a look: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (DueRow, error) {
+		var d DueRow
+		err := row.Scan(&d.ID, &d.Provider, &d.State, &d.CheckAt, &d.GiveUpAt)
+		d.CheckAt, d.GiveUpAt = d.CheckAt.UTC(), utcPtr(d.GiveUpAt)
+		return d, err
+	})
+}

@@ -34,6 +34,8 @@ type Metrics struct {
 	projectionLagSeconds *prometheus.GaugeVec
 	viewDeliveries       *prometheus.GaugeVec
 	decisions            *prometheus.CounterVec
+	circuitState         *prometheus.GaugeVec
+	receipts             *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast local call to a slow provider.
@@ -117,6 +119,14 @@ func New() *Metrics {
 			Name: "ledger_operator_decisions_total",
 			Help: "Operator decisions recorded through the API, by channel and decision (replayed, reconciled_delivered, reconciled_dead, reconciled_retrying).",
 		}, []string{"channel", "decision"}),
+		circuitState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ledger_provider_circuit_state",
+			Help: "State of each provider's circuit breaker in this process: 0 closed, 1 half open, 2 open.",
+		}, []string{"provider"}),
+		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_receipts_total",
+			Help: "Providers' receipts and lookups recorded, by provider, source (receipt, lookup) and the ledger's reading (pending, delivered, failed, retry, not_found).",
+		}, []string{"provider", "source", "status"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -124,7 +134,7 @@ func New() *Metrics {
 		m.accepts, m.attempts, m.retries, m.deadLetters, m.deferrals, m.attemptLatency,
 		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
 		m.projectionApplied, m.projectionLagEvents, m.projectionLagSeconds, m.viewDeliveries,
-		m.decisions,
+		m.decisions, m.circuitState, m.receipts,
 	)
 	return m
 }
@@ -236,5 +246,19 @@ func (m *Metrics) ProjectionLag(projection string, events int64, behind time.Dur
 func (m *Metrics) ViewDeliveries(channel, state string, n int64) {
 	if m != nil {
 		m.viewDeliveries.WithLabelValues(channel, state).Set(float64(n))
+	}
+}
+
+// CircuitState sets a provider's breaker state: 0 closed, 1 half open, 2 open.
+func (m *Metrics) CircuitState(provider string, state int) {
+	if m != nil {
+		m.circuitState.WithLabelValues(provider).Set(float64(state))
+	}
+}
+
+// Receipt counts a provider's receipt or lookup answer.
+func (m *Metrics) Receipt(provider, source, status string) {
+	if m != nil {
+		m.receipts.WithLabelValues(provider, source, status).Inc()
 	}
 }
