@@ -206,8 +206,11 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	c := &call{h: h, ch: ch, msg: msg}
 	defer c.close()
 	noStart := false
-	if verdict, ok := c.next(ctx, log, 0); !ok {
-		if verdict != Ack {
+	if wait, reason, ok := c.next(0); !ok {
+		// Nothing could take the call, and nothing was sent: the passed-over list is moot.
+		c.tried, c.index = nil, 0
+		verdict, deferred := h.deferAttempt(ctx, log, msg, reason, wait)
+		if deferred || verdict != Ack {
 			return verdict
 		}
 		// Not deferred: the attempt is not queued (a worker died mid-call and this is the
@@ -252,7 +255,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	// provider may have sent it), the attempt stays with the provider that answered.
 	for outcome.NotSent && outcome.Kind == domain.OutcomeTransient {
 		c.passOver(outcome.Err)
-		if _, ok := c.next(ctx, log, c.index+1); !ok {
+		if _, _, ok := c.next(c.index + 1); !ok {
 			break
 		}
 		outcome = c.send(ctx)
@@ -291,13 +294,11 @@ type call struct {
 
 func (c *call) sender() Sender { return c.ch.Providers[c.index] }
 
-// next moves the call to the first provider from index on that its breaker admits and its
-// limits let through. When there is none, the first attempt of the message (from 0) is deferred
-// until a breaker or limit may have room, and ok is false with the verdict of that; a failover
-// (from further on) just reports false, and the attempt keeps the outcome it has.
-func (c *call) next(ctx context.Context, log *slog.Logger, from int) (Verdict, bool) {
+// next moves the call to the first provider from index on that its breaker admits, if its limits
+// let the call through. When none is admitted, or the admitted one's limits refuse, ok is false,
+// with how long to wait and why.
+func (c *call) next(from int) (wait time.Duration, reason string, ok bool) {
 	h := c.h
-	wait, reason := time.Duration(0), ""
 	for i := from; i < len(c.ch.Providers); i++ {
 		p := c.ch.Providers[i].Provider()
 		var done func(BreakerResult)
@@ -313,33 +314,22 @@ func (c *call) next(ctx context.Context, log *slog.Logger, from int) (Verdict, b
 			done = d
 		}
 		if h.limiter != nil {
+			// A limit is no sign of ill health: the attempt waits for it rather than spill over
+			// to the next provider (a number's rate limit protects a person, whichever provider
+			// sends).
 			release, ok, retryIn, why := h.limiter.Acquire(p, c.ch.destination(c.msg.Recipient))
 			if !ok {
 				if done != nil {
 					done(BreakerIgnore)
 				}
-				c.tried = append(c.tried, domain.ProviderTry{Provider: p, Error: "held back: " + why})
-				if wait == 0 || retryIn < wait {
-					wait, reason = retryIn, why
-				}
-				continue
+				return retryIn, why, false
 			}
 			c.releases = append(c.releases, release)
 		}
 		c.index, c.done = i, done
-		return Ack, true
+		return 0, "", true
 	}
-	if from > 0 {
-		return Ack, false
-	}
-	// Nothing could take the first call: nothing was sent, so the passed-over list is moot.
-	c.tried = nil
-	verdict, deferred := h.deferAttempt(ctx, log, c.msg, reason, wait)
-	if deferred {
-		return verdict, false
-	}
-	c.index = 0
-	return verdict, false
+	return wait, reason, false
 }
 
 // send calls the current provider and reports the outcome to its breaker.

@@ -11,6 +11,11 @@ export LEDGER_WEBHOOK_ALLOW_CIDRS=${LEDGER_WEBHOOK_ALLOW_CIDRS:-127.0.0.0/8,::1/
 # Every channel, pointed at the sink's fakes; the Telegram fake accepts this token.
 export LEDGER_CONFIG=${LEDGER_CONFIG:-docs/ledger.example.yaml}
 export TELEGRAM_BOT_TOKEN=${TELEGRAM_BOT_TOKEN:-123456:dev-bot-token}
+# The Twilio fake accepts this auth token (and signs its status callbacks with it), the Vonage
+# fake this API secret; Vonage's receipts come back with the callback token in their URL.
+export TWILIO_AUTH_TOKEN=${TWILIO_AUTH_TOKEN:-dev-twilio-auth-token}
+export VONAGE_API_SECRET=${VONAGE_API_SECRET:-dev-vonage-secret}
+export VONAGE_CALLBACK_TOKEN=${VONAGE_CALLBACK_TOKEN:-dev-vonage-callback-token-0001}
 # Webhooks of tenant dev are signed with this (Standard Webhooks) secret.
 export LEDGER_WEBHOOK_SECRETS=${LEDGER_WEBHOOK_SECRETS:-dev:whsec_ZGV2LXdlYmhvb2stc2VjcmV0LTI0LWJ5dGVzIQ==}
 SINK_ADDR=${SINK_ADDR:-127.0.0.1:8081}
@@ -20,7 +25,8 @@ scripts/services.sh "$dbname"
 bin/ledger migrate
 bin/ledger config check "$LEDGER_CONFIG" >/dev/null
 
-bin/ledger sink --addr "$SINK_ADDR" --telegram-token "$TELEGRAM_BOT_TOKEN" &
+bin/ledger sink --addr "$SINK_ADDR" --telegram-token "$TELEGRAM_BOT_TOKEN" \
+  --twilio-auth-token "$TWILIO_AUTH_TOKEN" --vonage-api-secret "$VONAGE_API_SECRET" &
 sink_pid=$!
 trap 'kill $sink_pid 2>/dev/null || true' EXIT
 
@@ -29,9 +35,10 @@ cat <<MSG
 
 The ledger is starting on http://$LEDGER_HTTP_ADDR (API key for tenant dev: $key).
 Local fakes print what they receive: webhooks on http://$SINK_ADDR/, SMTP on 127.0.0.1:2525,
-the Telegram Bot API on http://127.0.0.1:8082 (channels: $LEDGER_CONFIG).
+the Telegram Bot API on http://127.0.0.1:8082, the Twilio Messages API on http://127.0.0.1:8083
+and the Vonage SMS API on http://127.0.0.1:8084 (channels: $LEDGER_CONFIG).
 
-Send a first notification to a webhook, an email address and a Telegram chat at once:
+Send a first notification to a webhook, an email address, a Telegram chat and a phone at once:
 
   curl -sS -X POST http://$LEDGER_HTTP_ADDR/v1/notifications \\
     -H 'Authorization: Bearer $key' -H 'Content-Type: application/json' \\
@@ -39,7 +46,8 @@ Send a first notification to a webhook, an email address and a Telegram chat at 
     -d '{"payload":{"subject":"Hello","text":"hello from the ledger"},"recipients":[
          {"channel":"webhook","recipient":"http://$SINK_ADDR/hook"},
          {"channel":"email","recipient":"Ann <ann@example.com>"},
-         {"channel":"telegram","recipient":"123456789"}]}'
+         {"channel":"telegram","recipient":"123456789"},
+         {"channel":"sms","recipient":"+15005550006"}]}'
 
 Then follow it (use a delivery id from the answer):
 

@@ -127,7 +127,8 @@ type Provider struct {
 	Settings Settings
 }
 
-// Health is one breaker's state and counts in its current window.
+// Health is one breaker's state and counts: of its current window while closed, of the window
+// that opened it while open or half open.
 type Health struct {
 	Provider, Channel  string
 	State              State
@@ -145,8 +146,10 @@ type entry struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	channel  string
 	cooldown time.Duration
-	// openedAt is when the circuit last opened, in Unix nanoseconds.
-	openedAt atomic.Int64
+	// openedAt is when the circuit last opened, in Unix nanoseconds; tripRequests and
+	// tripFailures are the counts that opened it (gobreaker clears its counts on the change).
+	openedAt                   atomic.Int64
+	tripRequests, tripFailures atomic.Int64
 }
 
 // Errors a call reports to gobreaker: a fault counts as a failure, an ignored call not at all.
@@ -177,8 +180,13 @@ func New(providers []Provider, onChange func(provider string, to State)) (*Regis
 			BucketPeriod: s.Window / 6,
 			Timeout:      s.Cooldown,
 			ReadyToTrip: func(c gobreaker.Counts) bool {
-				return c.ConsecutiveFailures >= uint32(s.Failures) ||
+				trip := c.ConsecutiveFailures >= uint32(s.Failures) ||
 					(c.Requests >= uint32(s.MinRequests) && float64(c.TotalFailures) >= s.ErrorRate*float64(c.Requests))
+				if trip {
+					e.tripRequests.Store(int64(c.Requests))
+					e.tripFailures.Store(int64(c.TotalFailures))
+				}
+				return trip
 			},
 			IsExcluded: func(err error) bool { return errors.Is(err, errIgnore) },
 			OnStateChange: func(name string, _, to gobreaker.State) {
@@ -240,9 +248,13 @@ func (r *Registry) State(provider string) State {
 func (r *Registry) Snapshot() []Health {
 	out := make([]Health, 0, len(r.byName))
 	for name, e := range r.byName {
+		state := stateOf(e.cb.State())
 		c := e.cb.Counts()
-		out = append(out, Health{Provider: name, Channel: e.channel, State: stateOf(e.cb.State()),
-			Requests: int64(c.Requests), Failures: int64(c.TotalFailures)})
+		h := Health{Provider: name, Channel: e.channel, State: state, Requests: int64(c.Requests), Failures: int64(c.TotalFailures)}
+		if state != Closed {
+			h.Requests, h.Failures = e.tripRequests.Load(), e.tripFailures.Load()
+		}
+		out = append(out, h)
 	}
 	slices.SortFunc(out, func(a, b Health) int {
 		if a.Provider < b.Provider {

@@ -100,7 +100,7 @@ func TestBreakerOpensOnErrorRate(t *testing.T) {
 	if s := r.State("twilio"); s != breaker.Open {
 		t.Fatalf("6 of 11 failed: %s, want open", s)
 	}
-	if h := r.Snapshot(); len(h) != 1 || h[0].Provider != "twilio" || h[0].State != breaker.Open {
+	if h := r.Snapshot(); len(h) != 1 || h[0].Provider != "twilio" || h[0].State != breaker.Open || h[0].Requests != 11 || h[0].Failures != 6 {
 		t.Fatalf("snapshot %+v", h)
 	}
 }
@@ -120,4 +120,3 @@ func TestSettingsAreValidated(t *testing.T) {
 		t.Error("a provider without a breaker must be admitted")
 	}
 }
-

@@ -93,6 +93,10 @@ type Deps struct {
 	// OperatorRequests keeps the answers of keyed DLQ replays (Idempotency-Key on POST
 	// /v1/dlq/replay); required with Replay and Views.
 	OperatorRequests commands.RequestStore
+	// Receipts, when set, takes providers' callbacks at POST /v1/receipts/{provider}.
+	Receipts *Receipts
+	// Providers, when set, answers GET /v1/providers.
+	Providers ProviderLister
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error
@@ -130,6 +134,9 @@ func (d Deps) Validate() error {
 	}
 	if d.Events == nil {
 		problems = append(problems, errors.New("http api: no event store"))
+	}
+	if d.Receipts != nil && d.Receipts.Record == nil {
+		problems = append(problems, errors.New("http api: receipts without a handler to record them"))
 	}
 	if d.Replay != nil && d.Views != nil && d.OperatorRequests == nil {
 		problems = append(problems, errors.New("http api: replays without a request store for their Idempotency-Keys"))

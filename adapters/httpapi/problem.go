@@ -19,6 +19,8 @@ var (
 	errRouteNotFound        = errors.New("no such resource")
 	errMethodNotAllowed     = errors.New("method not allowed")
 	errNotReady             = errors.New("not ready")
+	errForbidden            = errors.New("forbidden")
+	errNotYet               = errors.New("not yet")
 )
 
 // requestError is a failure the caller can fix. kind selects the status, field names what is at
@@ -79,6 +81,10 @@ func problemFor(err error) problem {
 		p.Status = http.StatusBadRequest
 	case errors.Is(err, errUnauthenticated):
 		p.Status = http.StatusUnauthorized
+	case errors.Is(err, errForbidden):
+		p.Status = http.StatusForbidden
+	case errors.Is(err, errNotYet):
+		p.Status = http.StatusServiceUnavailable
 	case errors.Is(err, commands.ErrNotFound):
 		// Fixed text: the same answer for "no such id" and "another tenant's id".
 		p.Status, p.Detail = http.StatusNotFound, "no delivery with this id"

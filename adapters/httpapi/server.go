@@ -135,6 +135,13 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	if deps.Reconcile != nil {
 		s.tenantRoute("POST /v1/deliveries/{id}/reconcile", s.reconcileDelivery)
 	}
+	if deps.Providers != nil {
+		s.tenantRoute("GET /v1/providers", s.providers)
+	}
+	if deps.Receipts != nil {
+		// Not in s.routes: the provider chooses the callback's query (see receipt).
+		s.mux.HandleFunc("POST /v1/receipts/{provider}", s.receipt)
+	}
 	s.publicRoute("GET /healthz", s.healthz)
 	s.publicRoute("GET /readyz", s.readyz)
 	return s, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/breaker"
 	"github.com/deliveryledger/ledger/adapters/fairshare"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
 	"github.com/deliveryledger/ledger/adapters/metrics"
@@ -49,6 +50,13 @@ type App struct {
 	appends   *postgres.AppendBatcher
 	projector *projections.Runner
 	opts      options
+
+	// publicURL is where providers call back; providers describes every configured provider.
+	publicURL  string
+	providers  []provider
+	breakers   *breaker.Registry
+	reconciler *commands.Reconciler
+	receipts   *commands.RecordReceiptHandler
 }
 
 // Option adjusts the wiring: tests replace a channel's provider with one that misbehaves, and the
@@ -154,11 +162,14 @@ func (a *App) build(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := a.buildBreakers(); err != nil {
+			return err
+		}
 		// Concurrent workers' records share transactions (group commit), like accepts.
 		a.appends = postgres.NewAppendBatcher(a.store, 2, 64)
 		a.attempts, err = commands.NewAttemptHandler(commands.AttemptConfig{
 			Store: a.appends, Topics: a.topology, Clock: clock, Policies: policies, Channels: a.channels,
-			Limiter: limiter, Metrics: a.metrics, Logger: logger.With("role", "worker"),
+			Limiter: limiter, Breakers: a.breakers, Metrics: a.metrics, Logger: logger.With("role", "worker"),
 		})
 		if err != nil {
 			return err
@@ -179,6 +190,12 @@ func (a *App) build(ctx context.Context) error {
 			},
 		})
 		if err != nil {
+			return err
+		}
+	}
+
+	if a.roles["reconciler"] {
+		if err := a.buildReconciler(clock, policies); err != nil {
 			return err
 		}
 	}
@@ -230,6 +247,8 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		Replay:           replay,
 		Reconcile:        reconcile,
 		OperatorRequests: a.store,
+		Receipts:         a.receiptIntake(clock, policies),
+		Providers:        a.providerViews,
 		Ready:            a.ready,
 	}, a.logger.With("role", "api"))
 	if err != nil {
@@ -330,6 +349,12 @@ func (a *App) Run(ctx context.Context) error {
 			return err
 		}
 		start("queue metrics", a.watchQueues)
+	}
+	if a.breakers != nil {
+		start("provider health", a.reportHealth)
+	}
+	if a.reconciler != nil {
+		start("reconciler", func(ctx context.Context) error { return a.reconciler.Run(ctx, a.cfg.ReconcileInterval) })
 	}
 	if a.projector != nil {
 		start("projector", a.projector.Run)

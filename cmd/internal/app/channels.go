@@ -1,13 +1,22 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
+	"strings"
+	"time"
 
+	"github.com/deliveryledger/ledger/adapters/breaker"
 	"github.com/deliveryledger/ledger/adapters/email"
+	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/sms"
 	"github.com/deliveryledger/ledger/adapters/telegram"
+	"github.com/deliveryledger/ledger/adapters/twilio"
+	"github.com/deliveryledger/ledger/adapters/vonage"
 	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -16,18 +25,19 @@ import (
 // channelKind is a channel this ledger knows how to serve: the type of provider it takes and how
 // to build it from its providers' settings.
 type channelKind struct {
-	name         string
-	providerType string
-	build        func(a *App, providers []*ProviderFile) (commands.Channel, error)
+	name          string
+	providerTypes []string
+	build         func(a *App, providers []*ProviderFile) (commands.Channel, error)
 }
 
 // channelKinds lists the channels, one line each. A new channel is one adapter package and one
 // line here; everything else (accept checks, queues, workers, limits, metrics, the
 // configuration file) follows from the registry built from it.
 var channelKinds = []channelKind{
-	{webhook.Name, TypeWebhook, (*App).webhookChannel},
-	{email.Name, TypeSMTP, (*App).emailChannel},
-	{telegram.Name, TypeTelegram, (*App).telegramChannel},
+	{webhook.Name, []string{TypeWebhook}, (*App).webhookChannel},
+	{email.Name, []string{TypeSMTP}, (*App).emailChannel},
+	{telegram.Name, []string{TypeTelegram}, (*App).telegramChannel},
+	{sms.Name, []string{TypeTwilio, TypeVonage}, (*App).smsChannel},
 }
 
 func kindOf(name string) (channelKind, bool) {
@@ -68,6 +78,7 @@ func (a *App) registry(file *File) (*commands.Channels, map[string]domain.RetryP
 	var channels []commands.Channel
 	policies := map[string]domain.RetryPolicy{}
 	var problems []error
+	a.publicURL, a.providers = file.PublicURL, nil
 	for _, cf := range file.Channels {
 		kind, ok := kindOf(cf.Name)
 		if !ok {
@@ -83,13 +94,18 @@ func (a *App) registry(file *File) (*commands.Channels, map[string]domain.RetryP
 			problems = append(problems, fmt.Errorf("channel %s: %w", cf.Name, err))
 			continue
 		}
+		a.describe(ch, providers)
 		if s, ok := a.opts.senders[ch.Name]; ok {
 			ch.Providers = []commands.Sender{s}
 		}
 		channels = append(channels, ch)
-		if cf.Retry != nil {
-			p := *cf.Retry
-			p.RetryAfterMax = a.cfg.RetryAfterMax
+		if cf.Retry != nil || cf.Unknown == UnknownRetry {
+			p := a.cfg.policy()
+			if cf.Retry != nil {
+				p = *cf.Retry
+				p.RetryAfterMax = a.cfg.RetryAfterMax
+			}
+			p.RetryUnknown = cf.Unknown == UnknownRetry
 			if err := p.Validate(); err != nil {
 				problems = append(problems, fmt.Errorf("channels.%s.retry: %w", cf.Name, err))
 			}
@@ -186,4 +202,99 @@ func CheckFile(path string, cfg Config) ([]string, error) {
 		lines = append(lines, fmt.Sprintf("channel %s: providers %v; %s", name, providers, retry))
 	}
 	return lines, nil
+}
+
+// provider is one configured provider as the wiring keeps it beside its channel's senders: what
+// the breakers, the reconciler and the receipts endpoint need of it.
+type provider struct {
+	name, typ, channel string
+	breaker            breaker.Settings
+	// receipts reads the provider's callbacks; nil when it sends none.
+	receipts httpapi.ReceiptParser
+	// lookup asks the provider about a message; nil when it cannot be asked.
+	lookup commands.Lookup
+	// recheck is the provider's receipt timeout, the pause between two lookups of a message
+	// still on its way; lookupRate bounds its lookups a second.
+	recheck    time.Duration
+	lookupRate float64
+}
+
+// defaultLookupRate is the lookups a second a provider gets when its lookup_rate is not set:
+// a reconciler catching up on a backlog must not spend the account's API budget that sends.
+const defaultLookupRate = 5
+
+// describe records the providers of a channel just built.
+func (a *App) describe(ch commands.Channel, files []*ProviderFile) {
+	for i, pf := range files {
+		p := provider{name: pf.Name, typ: pf.Type, channel: ch.Name, breaker: pf.Breaker,
+			recheck: pf.ReceiptTimeout, lookupRate: pf.LookupRate}
+		if p.recheck == 0 {
+			p.recheck = domain.DefaultReceiptTimeout
+		}
+		if p.lookupRate == 0 {
+			p.lookupRate = defaultLookupRate
+		}
+		if i < len(ch.Providers) {
+			s := ch.Providers[i]
+			if w, ok := s.(*receiptWindows); ok {
+				s = w.Sender
+			}
+			p.receipts, _ = s.(httpapi.ReceiptParser)
+			p.lookup, _ = s.(commands.Lookup)
+		}
+		a.providers = append(a.providers, p)
+	}
+}
+
+// smsChannel builds the SMS channel, a Twilio or Vonage account per provider, in failover order.
+// Providers call back {public_url}/v1/receipts/{provider}.
+func (a *App) smsChannel(providers []*ProviderFile) (commands.Channel, error) {
+	senders := make([]commands.Sender, len(providers))
+	callback := func(name string) string {
+		if a.publicURL == "" {
+			return ""
+		}
+		return strings.TrimSuffix(a.publicURL, "/") + "/v1/receipts/" + name
+	}
+	for i, p := range providers {
+		var s commands.Sender
+		var err error
+		switch p.Type {
+		case TypeTwilio:
+			s, err = twilio.New(twilio.Config{Provider: p.Name, BaseURL: p.BaseURL, AccountSID: p.AccountSID, AuthToken: p.AuthToken,
+				From: p.From, StatusCallback: callback(p.Name), Timeout: p.Timeout, DeliveredOn: p.DeliveredOn})
+		case TypeVonage:
+			cb := callback(p.Name)
+			if cb != "" && p.CallbackToken != "" {
+				cb += "?token=" + url.QueryEscape(p.CallbackToken)
+			}
+			s, err = vonage.New(vonage.Config{Provider: p.Name, BaseURL: p.BaseURL, APIKey: p.APIKey, APISecret: p.APISecret,
+				From: p.From, Callback: cb, CallbackToken: p.CallbackToken, Timeout: p.Timeout, DeliveredOn: p.DeliveredOn})
+		default:
+			err = fmt.Errorf("type %s does not send SMS", p.Type)
+		}
+		if err != nil {
+			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
+		}
+		if p.ReceiptTimeout > 0 || p.ReceiptMaxWait > 0 {
+			s = &receiptWindows{Sender: s, timeout: p.ReceiptTimeout, maxWait: p.ReceiptMaxWait}
+		}
+		senders[i] = s
+	}
+	return sms.Channel(senders...), nil
+}
+
+// receiptWindows gives a provider's acceptances its receipt_timeout and receipt_max_wait.
+type receiptWindows struct {
+	commands.Sender
+	timeout, maxWait time.Duration
+}
+
+// Send implements commands.Sender.
+func (w *receiptWindows) Send(ctx context.Context, msg commands.WorkMessage) domain.Outcome {
+	o := w.Sender.Send(ctx, msg)
+	if o.Kind == domain.OutcomeAccepted {
+		o.ReceiptTimeout, o.ReceiptMaxWait = w.timeout, w.maxWait
+	}
+	return o
 }

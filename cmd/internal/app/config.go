@@ -27,7 +27,8 @@ const (
 	defaultWorkerConcurrency = 16
 	defaultWebhookTimeout    = 10 * time.Second
 	defaultShutdownTimeout   = 30 * time.Second
-	defaultRoles             = "api,relay,worker,projector"
+	defaultRoles             = "api,relay,worker,projector,reconciler"
+	defaultReconcileInterval = 30 * time.Second
 	defaultPriorityShares    = "high=60,normal=30,low=10"
 	defaultDatabaseMaxConns  = 32
 	defaultRedriveAfter      = 10 * time.Minute
@@ -44,7 +45,7 @@ const (
 )
 
 // allRoles are the roles `serve` can run.
-var allRoles = []string{"api", "relay", "worker", "projector"}
+var allRoles = []string{"api", "relay", "worker", "projector", "reconciler"}
 
 // Config is every setting of the ledger. Each field is a flag and an environment variable of the
 // same name (--database-url / LEDGER_DATABASE_URL).
@@ -86,6 +87,8 @@ type Config struct {
 	// The projector role.
 	ProjectorBatchSize    int
 	ProjectorPollInterval time.Duration
+	// The reconciler role: how often it looks for receipts overdue and unknowns to ask about.
+	ReconcileInterval time.Duration
 
 	// explicit names the flags set on the command line or in the environment, which win over
 	// the configuration file.
@@ -154,6 +157,7 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HostRules, "host-rules", "", "per-host overrides: host=concurrency[:rate[:burst]],...")
 	fs.IntVar(&c.ProjectorBatchSize, "projector-batch-size", projections.DefaultBatchSize, "events the projector applies per transaction")
 	fs.DurationVar(&c.ProjectorPollInterval, "projector-poll-interval", projections.DefaultPollInterval, "longest wait of an idle projector before it reads the log again")
+	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", defaultReconcileInterval, "how often the reconciler asks providers about receipts overdue and unknown outcomes")
 }
 
 // Validate reports every problem of a serve configuration at once.
@@ -176,6 +180,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ProjectorBatchSize < 1 {
 		errs = append(errs, fmt.Errorf("--projector-batch-size %d is below 1", c.ProjectorBatchSize))
+	}
+	if c.ReconcileInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--reconcile-interval %s is not positive", c.ReconcileInterval))
 	}
 	if c.ProjectorPollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--projector-poll-interval %s is not positive", c.ProjectorPollInterval))

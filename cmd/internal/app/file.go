@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/deliveryledger/ledger/adapters/breaker"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -23,9 +25,11 @@ import (
 //	channels:
 //	  webhook:  {providers: [webhook]}
 //	  email:    {providers: [smtp], retry: {schedule: [1m, 5m, 30m]}}
+//	  sms:      {providers: [twilio, vonage], unknown: hold}
 //	providers:
 //	  webhook:  {type: webhook, timeout: 10s}
 //	  smtp:     {type: smtp, host: 127.0.0.1, port: 2525, tls: starttls, from: "Ledger <noreply@example.com>"}
+//	  twilio:   {type: twilio, account_sid: AC..., auth_token_env: TWILIO_AUTH_TOKEN, from: "+15005550006"}
 type File struct {
 	// PublicURL is the base URL providers call back (receipts).
 	PublicURL string
@@ -44,7 +48,18 @@ type ChannelFile struct {
 	Providers []string
 	// Retry replaces the server's retry policy for the channel; nil keeps it.
 	Retry *domain.RetryPolicy
+	// Unknown is what an unknown outcome leads to: UnknownHold (the default) or UnknownRetry.
+	Unknown string
 }
+
+// Unknown policies of a channel.
+const (
+	// UnknownHold keeps an unknown outcome unknown until a receipt, a lookup or an operator.
+	UnknownHold = "hold"
+	// UnknownRetry schedules the next attempt like after a transient failure, for receivers
+	// that deduplicate on the delivery id; the history marks the retry a possible duplicate.
+	UnknownRetry = "retry"
+)
 
 // ProviderFile is one provider of the file: its type and the settings of that type. Secret
 // values have been read from the environment.
@@ -59,9 +74,23 @@ type ProviderFile struct {
 	Username string
 	Password string
 	From     string
-	// telegram
+	// telegram, twilio, vonage
 	BaseURL string
 	Token   string
+	// twilio
+	AccountSID string
+	AuthToken  string
+	LookupRate float64
+	// vonage
+	APIKey        string
+	APISecret     string
+	CallbackToken string
+	// SMS: what counts as delivered, and how long to wait for a receipt.
+	DeliveredOn    string
+	ReceiptTimeout time.Duration
+	ReceiptMaxWait time.Duration
+	// Breaker is the provider's circuit breaker; zero fields take the defaults.
+	Breaker breaker.Settings
 }
 
 // Provider types, and the channel each serves.
@@ -79,14 +108,19 @@ var providerKeys = map[string][]string{
 	TypeWebhook:  {},
 	TypeSMTP:     {"host", "port", "tls", "username", "password_env", "from"},
 	TypeTelegram: {"base_url", "token_env"},
-	TypeTwilio:   {"base_url", "account_sid", "auth_token_env", "from"},
-	TypeVonage:   {"base_url", "api_key", "api_secret_env", "from"},
+	TypeTwilio: {"base_url", "account_sid", "auth_token_env", "from", "delivered_on", "receipt_timeout",
+		"receipt_max_wait", "lookup_rate"},
+	TypeVonage: {"base_url", "api_key", "api_secret_env", "from", "callback_token_env", "delivered_on",
+		"receipt_timeout", "receipt_max_wait"},
 }
+
+// commonProviderKeys are the keys every provider type takes.
+var commonProviderKeys = []string{"type", "timeout", "breaker"}
 
 // secretKeys are keys a provider may not take: a secret in the file would end up in version
 // control, backups and logs.
 var secretKeys = map[string]string{"password": "password_env", "token": "token_env", "auth_token": "auth_token_env",
-	"api_secret": "api_secret_env", "secret": "a *_env key"}
+	"api_secret": "api_secret_env", "callback_token": "callback_token_env", "secret": "a *_env key"}
 
 // LoadFile reads and checks a configuration file. Every problem is reported at once, each with
 // the file's name, the line and the field ("email.yaml:12: providers.smtp.port: ..."). getenv
@@ -132,6 +166,11 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 			if pf := p.provider(kv.key, kv.value); pf != nil {
 				f.Providers[kv.key] = pf
 			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Providers)) {
+		if pf := f.Providers[name]; pf.Type == TypeVonage && pf.DeliveredOn != "accept" && f.PublicURL == "" {
+			p.fail(root.Content[0], "public_url", "required by provider %s: Vonage sends its receipts to {public_url}/v1/receipts/%s (or give it delivered_on: accept)", name, name)
 		}
 	}
 	if channels == nil {
@@ -261,9 +300,6 @@ func (p *fileParser) provider(name string, n *yaml.Node) *ProviderFile {
 	case !known:
 		p.fail(n, field+".type", "unknown type %q (known: webhook, smtp, telegram, twilio, vonage)", pf.Type)
 		return nil
-	case pf.Type == TypeTwilio || pf.Type == TypeVonage:
-		p.fail(n, field+".type", "%s is not yet supported (SMS arrives in a later release)", pf.Type)
-		return nil
 	}
 	for _, kv := range kvs {
 		f := field + "." + kv.key
@@ -271,10 +307,12 @@ func (p *fileParser) provider(name string, n *yaml.Node) *ProviderFile {
 		case kv.key == "type":
 		case kv.key == "timeout":
 			pf.Timeout = p.duration(kv.value, f)
+		case kv.key == "breaker":
+			pf.Breaker = p.breaker(kv.value, f)
 		case secretKeys[kv.key] != "":
 			p.fail(kv.keyNode, f, "secrets are not written in the file: name the environment variable that holds it with %s", secretKeys[kv.key])
 		case !slices.Contains(keys, kv.key):
-			p.unknown(kv.keyNode, f, strings.Join(append([]string{"type", "timeout"}, keys...), ", "))
+			p.unknown(kv.keyNode, f, strings.Join(append(slices.Clone(commonProviderKeys), keys...), ", "))
 		case kv.key == "host":
 			pf.Host = p.str(kv.value, f)
 		case kv.key == "port":
@@ -298,7 +336,32 @@ func (p *fileParser) provider(name string, n *yaml.Node) *ProviderFile {
 			}
 		case kv.key == "token_env":
 			pf.Token = p.secret(kv.value, f)
+		case kv.key == "account_sid":
+			pf.AccountSID = p.str(kv.value, f)
+		case kv.key == "auth_token_env":
+			pf.AuthToken = p.secret(kv.value, f)
+		case kv.key == "api_key":
+			pf.APIKey = p.str(kv.value, f)
+		case kv.key == "api_secret_env":
+			pf.APISecret = p.secret(kv.value, f)
+		case kv.key == "callback_token_env":
+			pf.CallbackToken = p.secret(kv.value, f)
+		case kv.key == "delivered_on":
+			if pf.DeliveredOn = p.str(kv.value, f); pf.DeliveredOn != "receipt" && pf.DeliveredOn != "accept" {
+				p.fail(kv.value, f, "want receipt (delivered when a receipt or a lookup says so) or accept (delivered when the provider takes the message), got %q", pf.DeliveredOn)
+			}
+		case kv.key == "receipt_timeout":
+			pf.ReceiptTimeout = p.duration(kv.value, f)
+		case kv.key == "receipt_max_wait":
+			pf.ReceiptMaxWait = p.duration(kv.value, f)
+		case kv.key == "lookup_rate":
+			if pf.LookupRate = p.number(kv.value, f); pf.LookupRate <= 0 {
+				p.fail(kv.value, f, "must be positive (lookups a second)")
+			}
 		}
+	}
+	if pf.ReceiptTimeout > 0 && pf.ReceiptMaxWait > 0 && pf.ReceiptMaxWait < pf.ReceiptTimeout {
+		p.fail(n, field+".receipt_max_wait", "must be at least receipt_timeout (%s)", pf.ReceiptTimeout)
 	}
 	switch pf.Type {
 	case TypeSMTP:
@@ -314,8 +377,65 @@ func (p *fileParser) provider(name string, n *yaml.Node) *ProviderFile {
 		if pf.Token == "" && !p.has(kvs, "token_env") {
 			p.fail(n, field+".token_env", "required: the environment variable holding the bot's token")
 		}
+	case TypeTwilio:
+		p.require(n, kvs, field, "twilio", "account_sid", "auth_token_env", "from")
+	case TypeVonage:
+		p.require(n, kvs, field, "vonage", "api_key", "api_secret_env", "from")
+		if pf.DeliveredOn != "accept" && !p.has(kvs, "callback_token_env") {
+			p.fail(n, field+".callback_token_env", "required: the environment variable holding the secret Vonage's receipts carry in their URL (at least 16 characters), or delivered_on: accept")
+		}
 	}
 	return pf
+}
+
+// require fails each of keys that a provider block lacks.
+func (p *fileParser) require(n *yaml.Node, kvs []keyValue, field, typ string, keys ...string) {
+	for _, key := range keys {
+		if !p.has(kvs, key) {
+			p.fail(n, field+"."+key, "required for a %s provider", typ)
+		}
+	}
+}
+
+func (p *fileParser) number(n *yaml.Node, field string) float64 {
+	v, err := strconv.ParseFloat(p.str(n, field), 64)
+	if err != nil && n.Kind == yaml.ScalarNode {
+		p.fail(n, field, "want a number, got %q", n.Value)
+	}
+	return v
+}
+
+// breaker parses a provider's breaker block.
+func (p *fileParser) breaker(n *yaml.Node, field string) breaker.Settings {
+	var b breaker.Settings
+	for _, kv := range p.mapping(n, field) {
+		f := field + "." + kv.key
+		switch kv.key {
+		case "failures":
+			if b.Failures = p.integer(kv.value, f); b.Failures < 1 {
+				p.fail(kv.value, f, "must be at least 1 (consecutive failures that open the circuit)")
+			}
+		case "error_rate":
+			if b.ErrorRate = p.number(kv.value, f); b.ErrorRate <= 0 || b.ErrorRate > 1 {
+				p.fail(kv.value, f, "want a share of failed calls above 0 and at most 1, such as 0.5")
+			}
+		case "min_requests":
+			if b.MinRequests = p.integer(kv.value, f); b.MinRequests < 1 {
+				p.fail(kv.value, f, "must be at least 1")
+			}
+		case "window":
+			b.Window = p.duration(kv.value, f)
+		case "cooldown":
+			b.Cooldown = p.duration(kv.value, f)
+		case "probes":
+			if b.Probes = p.integer(kv.value, f); b.Probes < 1 {
+				p.fail(kv.value, f, "must be at least 1")
+			}
+		default:
+			p.unknown(kv.keyNode, f, "failures, error_rate, min_requests, window, cooldown, probes")
+		}
+	}
+	return b
 }
 
 func (p *fileParser) has(kvs []keyValue, key string) bool {
@@ -349,8 +469,12 @@ func (p *fileParser) channel(name string, n *yaml.Node, providers map[string]*Pr
 			}
 		case "retry":
 			ch.Retry = p.retry(kv.value, f)
+		case "unknown":
+			if ch.Unknown = p.str(kv.value, f); ch.Unknown != UnknownHold && ch.Unknown != UnknownRetry {
+				p.fail(kv.value, f, "want hold (an unknown outcome waits for a receipt, a lookup or an operator) or retry (for receivers that deduplicate on the delivery id), got %q", ch.Unknown)
+			}
 		default:
-			p.unknown(kv.keyNode, f, "providers, retry")
+			p.unknown(kv.keyNode, f, "providers, retry, unknown")
 		}
 	}
 	kind, known := kindOf(name)
@@ -361,10 +485,13 @@ func (p *fileParser) channel(name string, n *yaml.Node, providers map[string]*Pr
 		p.fail(n, field+".providers", "required: the channel's providers, in failover order")
 	}
 	for i, pname := range ch.Providers {
-		if pf := providers[pname]; known && pf != nil && pf.Type != kind.providerType {
+		if pf := providers[pname]; known && pf != nil && !slices.Contains(kind.providerTypes, pf.Type) {
 			p.fail(n, fmt.Sprintf("%s.providers[%d]", field, i), "provider %q is of type %s; the %s channel takes %s providers",
-				pname, pf.Type, name, kind.providerType)
+				pname, pf.Type, name, strings.Join(kind.providerTypes, " or "))
 		}
+	}
+	if ch.Unknown == "" {
+		ch.Unknown = UnknownHold
 	}
 	return ch
 }

@@ -90,8 +90,16 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 			[]string{"f.yaml:2: channels.pigeon: unknown channel \"pigeon\""}},
 		{"unknown type", "channels:\n  webhook: {providers: [p]}\nproviders:\n  p: {type: carrier-pigeon}\n",
 			[]string{"providers.p.type: unknown type \"carrier-pigeon\""}},
-		{"sms not yet", "channels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n  twilio: {type: twilio}\n",
-			[]string{"providers.twilio.type: twilio is not yet supported"}},
+		{"twilio without its keys", "channels:\n  sms: {providers: [twilio]}\nproviders:\n  twilio: {type: twilio}\n",
+			[]string{"f.yaml:4: providers.twilio.account_sid: required", "providers.twilio.auth_token_env: required", "providers.twilio.from: required"}},
+		{"vonage without receipts", "channels:\n  sms: {providers: [vonage]}\nproviders:\n  vonage: {type: vonage, api_key: k, api_secret_env: S, from: x}\n",
+			[]string{"providers.vonage.callback_token_env: required", "public_url: required by provider vonage", "api_secret_env: the environment variable S is not set"}},
+		{"sms values", "channels:\n  sms: {providers: [t], unknown: maybe}\nproviders:\n  t:\n    type: twilio\n    account_sid: AC1\n    auth_token_env: T\n    from: '+15005550006'\n    delivered_on: sometimes\n    receipt_timeout: 1h\n    receipt_max_wait: 1m\n    lookup_rate: -1\n    breaker: {failures: 0, error_rate: 2, cooldown: soon, probes: 1, jitter: 1}\n",
+			[]string{"f.yaml:2: channels.sms.unknown: want hold", "f.yaml:9: providers.t.delivered_on: want receipt", "providers.t.receipt_max_wait: must be at least receipt_timeout",
+				"f.yaml:12: providers.t.lookup_rate: must be positive", "providers.t.breaker.failures: must be at least 1", "providers.t.breaker.error_rate: want a share",
+				"providers.t.breaker.cooldown: want a duration", "providers.t.breaker.jitter: unknown key"}},
+		{"sms provider on the wrong channel", "channels:\n  email: {providers: [t]}\nproviders:\n  t: {type: twilio, account_sid: AC1, auth_token_env: T, from: x}\n",
+			[]string{"the email channel takes smtp providers"}},
 		{"not yaml", "channels: [\n", []string{"f.yaml: yaml:"}},
 		{"public_url", "public_url: ftp://x\nchannels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n",
 			[]string{"f.yaml:1: public_url: want an absolute http(s) URL"}},
@@ -107,5 +115,48 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 				t.Errorf("%s: error %q does not say %q", tt.name, err, want)
 			}
 		}
+	}
+}
+
+func TestParseFileTakesSMSProviders(t *testing.T) {
+	t.Parallel()
+	const file = `public_url: https://ledger.example.com
+channels:
+  sms:     {providers: [twilio, vonage], unknown: hold}
+  webhook: {providers: [webhook], unknown: retry}
+providers:
+  webhook: {type: webhook}
+  twilio:
+    type: twilio
+    account_sid: AC0123456789abcdef0123456789abcdef
+    auth_token_env: TWILIO_AUTH_TOKEN
+    from: "+15005550006"
+    receipt_timeout: 5m
+    receipt_max_wait: 12h
+    lookup_rate: 2.5
+    breaker: {failures: 3, error_rate: 0.25, min_requests: 8, window: 30s, cooldown: 10s, probes: 2}
+  vonage: {type: vonage, api_key: devkey01, api_secret_env: VONAGE_API_SECRET, from: Ledger,
+           callback_token_env: VONAGE_CALLBACK_TOKEN, delivered_on: accept}
+`
+	f, err := ParseFile("sms.yaml", []byte(file), env(map[string]string{"TWILIO_AUTH_TOKEN": "tok-12345678",
+		"VONAGE_API_SECRET": "vsecret", "VONAGE_CALLBACK_TOKEN": "callback-token-0123456789"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Channels[0].Unknown != UnknownHold || f.Channels[1].Unknown != UnknownRetry || len(f.Channels[0].Providers) != 2 {
+		t.Fatalf("channels %+v", f.Channels)
+	}
+	tw := f.Providers["twilio"]
+	if tw.AccountSID != "AC0123456789abcdef0123456789abcdef" || tw.AuthToken != "tok-12345678" || tw.From != "+15005550006" ||
+		tw.ReceiptTimeout != 5*time.Minute || tw.ReceiptMaxWait != 12*time.Hour || tw.LookupRate != 2.5 || tw.DeliveredOn != "" {
+		t.Fatalf("twilio provider %+v", tw)
+	}
+	if b := tw.Breaker; b.Failures != 3 || b.ErrorRate != 0.25 || b.MinRequests != 8 || b.Window != 30*time.Second ||
+		b.Cooldown != 10*time.Second || b.Probes != 2 {
+		t.Fatalf("twilio breaker %+v", b)
+	}
+	if v := f.Providers["vonage"]; v.APIKey != "devkey01" || v.APISecret != "vsecret" || v.CallbackToken != "callback-token-0123456789" ||
+		v.DeliveredOn != "accept" {
+		t.Fatalf("vonage provider %+v", v)
 	}
 }

@@ -1,0 +1,137 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// maxReceiptBytes bounds a provider's callback: a receipt is a few hundred bytes of form or JSON.
+const maxReceiptBytes = 64 << 10
+
+// ReceiptParser reads one provider's callbacks in the provider's own format, and authenticates
+// them (Twilio's X-Twilio-Signature, a secret in Vonage's callback URL). twilio.Sender and
+// vonage.Sender implement it.
+type ReceiptParser interface {
+	// ParseReceipt returns the receipt a callback holds; callbackURL is the full URL the
+	// provider called, as it was configured there. A callback that fails authentication gives
+	// commands.ErrReceiptUnauthenticated, one that holds no receipt commands.ErrReceiptMalformed.
+	ParseReceipt(callbackURL string, header http.Header, body []byte) (commands.Receipt, error)
+}
+
+// Receipts are the dependencies of POST /v1/receipts/{provider}.
+type Receipts struct {
+	// Parsers by provider name: the providers that send receipts.
+	Parsers map[string]ReceiptParser
+	// Record records a receipt and what it decides.
+	Record *commands.RecordReceiptHandler
+	// PublicURL is the base URL the providers were given (public_url of the configuration
+	// file); a callback's URL is it followed by the request's path and query, which is what the
+	// provider signed. Empty: the request's own scheme and host are used.
+	PublicURL string
+	// Observe, when set, is told each receipt recorded (for metrics).
+	Observe func(provider, status string)
+}
+
+// ProviderView is one provider in GET /v1/providers.
+type ProviderView struct {
+	Name    string `json:"name"`
+	Channel string `json:"channel"`
+	Type    string `json:"type"`
+	// State is the worst breaker state the processes running the provider report: closed,
+	// half_open or open; "unknown" when no worker has reported lately.
+	State string `json:"state"`
+	// Requests and Failures are the calls in the breakers' current windows, over the processes,
+	// and ErrorRate their ratio (0 without calls).
+	Requests  int64   `json:"requests"`
+	Failures  int64   `json:"failures"`
+	ErrorRate float64 `json:"error_rate"`
+	// Instances is the number of processes that reported, ReportedAt the latest report.
+	Instances  int        `json:"instances"`
+	ReportedAt *time.Time `json:"reported_at,omitempty"`
+}
+
+// ProviderLister answers GET /v1/providers.
+type ProviderLister func(ctx context.Context) ([]ProviderView, error)
+
+// receipt takes a provider's callback: POST /v1/receipts/{provider}. It carries no bearer key;
+// the provider's signature (or secret) authenticates it, and a callback that fails that is
+// refused with 403 and records nothing. Its query is the provider's to choose (Vonage sends
+// receipts as query parameters), so it is not checked against a list.
+func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("provider")
+	parser, ok := s.deps.Receipts.Parsers[name]
+	if !ok {
+		s.writeProblem(w, r, &requestError{kind: errRouteNotFound, field: "provider",
+			detail: fmt.Sprintf("no provider %q takes receipts here", name)})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReceiptBytes))
+	if err != nil {
+		s.writeProblem(w, r, err)
+		return
+	}
+	base := strings.TrimSuffix(s.deps.Receipts.PublicURL, "/")
+	if base == "" {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		base = scheme + "://" + r.Host
+	}
+	rec, err := parser.ParseReceipt(base+r.URL.RequestURI(), r.Header, body)
+	switch {
+	case errors.Is(err, commands.ErrReceiptUnauthenticated):
+		s.writeProblem(w, r, &requestError{kind: errForbidden, field: "signature",
+			detail: "the callback's signature or secret is missing or wrong; nothing was recorded"})
+		return
+	case errors.Is(err, commands.ErrReceiptMalformed):
+		s.writeProblem(w, r, invalid("", "%s", err.Error()))
+		return
+	case err != nil:
+		s.writeProblem(w, r, err)
+		return
+	}
+	rec.Provider = name
+	res, err := s.deps.Receipts.Record.Handle(r.Context(), commands.RecordReceipt{Receipt: rec, Source: "receipt"})
+	switch {
+	case errors.Is(err, commands.ErrNotFound):
+		s.writeProblem(w, r, &requestError{kind: errRouteNotFound, field: "provider_operation_id",
+			detail: fmt.Sprintf("no delivery has a message %q accepted by %s", rec.OperationID, name)})
+		return
+	case errors.Is(err, domain.ErrReceiptEarly):
+		// The provider's answer to our call is not recorded yet; providers send again.
+		w.Header().Set("Retry-After", "1")
+		s.writeProblem(w, r, &requestError{kind: errNotYet, detail: "the delivery's call to the provider is still being recorded; send the receipt again"})
+		return
+	case err != nil:
+		s.writeProblem(w, r, err)
+		return
+	}
+	if s.deps.Receipts.Observe != nil && res.Recorded {
+		s.deps.Receipts.Observe(name, string(rec.Status))
+	}
+	s.writeJSON(w, r, http.StatusOK, map[string]any{"delivery_id": res.DeliveryID, "recorded": res.Recorded,
+		"state": res.State, "changed": res.Changed})
+}
+
+// providers answers GET /v1/providers: every provider, its channel and its health. It is the
+// same for every tenant (providers are the operator's), and needs a key like any /v1 route.
+func (s *server) providers(w http.ResponseWriter, r *http.Request, _ string) error {
+	list, err := s.deps.Providers(r.Context())
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []ProviderView{}
+	}
+	s.writeJSON(w, r, http.StatusOK, map[string]any{"providers": list})
+	return nil
+}
