@@ -97,13 +97,15 @@ type RecordReceiptHandler struct {
 	clock    Clock
 	policies Policies
 	jitter   func() float64
+	patience time.Duration
 	// OnDecided, when set, is told the channel and the state of each delivery a receipt moved.
 	OnDecided func(channel string, state domain.State)
 }
 
 // NewRecordReceiptHandler builds the command.
 func NewRecordReceiptHandler(store EventStore, finder OperationFinder, topics Topics, clock Clock, policies Policies) *RecordReceiptHandler {
-	return &RecordReceiptHandler{store: store, finder: finder, topics: topics, clock: clock, policies: policies, jitter: rand.Float64}
+	return &RecordReceiptHandler{store: store, finder: finder, topics: topics, clock: clock, policies: policies,
+		jitter: rand.Float64, patience: receiptPatience}
 }
 
 // ReceiptResult is what recording a receipt did.
@@ -139,7 +141,7 @@ func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (R
 		if r.OperationID == "" {
 			return res, fmt.Errorf("%w: the receipt names neither a delivery nor a provider message", ErrReceiptMalformed)
 		}
-		id, err := h.finder.FindOperation(ctx, r.Provider, r.OperationID)
+		id, err := h.patiently(ctx, cmd, func() (string, error) { return h.finder.FindOperation(ctx, r.Provider, r.OperationID) })
 		if err != nil {
 			return res, err
 		}
@@ -149,22 +151,11 @@ func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (R
 		ProviderStatus: r.ProviderStatus, Code: r.Code, Detail: r.Detail, Source: cmd.Source, At: r.At, NextCheck: cmd.NextCheck}
 	var before domain.State
 	stale := false
-	d, err := decide(ctx, h.store, res.DeliveryID, nil, "record receipt for "+res.DeliveryID, func(d *domain.Delivery) (decision, error) {
-		now := h.clock.Now()
-		before = d.State()
-		if cmd.AtVersion > 0 && d.Version() != cmd.AtVersion {
-			stale = true
-			return decision{}, nil
-		}
-		events, err := d.RecordReceipt(word, h.policies(d.Channel()), now, h.jitter())
-		if err != nil {
-			return decision{}, err
-		}
-		if d.State() == before {
-			return decision{events: events}, nil // evidence: no message follows it
-		}
-		outbox, err := followUp(h.topics, d, events[len(events)-1].Key, now)
-		return decision{events: events, outbox: outbox}, err
+	var d *domain.Delivery
+	_, err := h.patiently(ctx, cmd, func() (string, error) {
+		var err error
+		d, err = h.record(ctx, res.DeliveryID, cmd, word, &before, &stale)
+		return "", err
 	})
 	if errors.Is(err, domain.ErrReceiptSeen) || stale {
 		res.Recorded, err = false, nil
@@ -177,4 +168,51 @@ func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (R
 		h.OnDecided(d.Channel(), d.State())
 	}
 	return res, nil
+}
+
+// receiptPatience is how long a callback waits for the acceptance it is about to be recorded:
+// a provider may call back before its own answer to our call is in the ledger, and most
+// providers do not send a refused callback again.
+const receiptPatience = 2 * time.Second
+
+// patiently runs fn, and runs it again while a callback is ahead of the acceptance it is about
+// (the operation is not found yet, or the call is still in flight), for up to receiptPatience.
+// A lookup is not patient: its answer is dropped and asked again on the next pass.
+func (h *RecordReceiptHandler) patiently(ctx context.Context, cmd RecordReceipt, fn func() (string, error)) (string, error) {
+	deadline := time.Now().Add(h.patience)
+	pause := 50 * time.Millisecond
+	for {
+		v, err := fn()
+		ahead := errors.Is(err, ErrNotFound) || errors.Is(err, domain.ErrReceiptEarly)
+		if !ahead || cmd.Source != "receipt" || time.Now().Add(pause).After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// record decides the word on the delivery's history and appends it.
+func (h *RecordReceiptHandler) record(ctx context.Context, id string, cmd RecordReceipt, word domain.ReceiptWord, before *domain.State, stale *bool) (*domain.Delivery, error) {
+	return decide(ctx, h.store, id, nil, "record receipt for "+id, func(d *domain.Delivery) (decision, error) {
+		now := h.clock.Now()
+		*before = d.State()
+		if cmd.AtVersion > 0 && d.Version() != cmd.AtVersion {
+			*stale = true
+			return decision{}, nil
+		}
+		events, err := d.RecordReceipt(word, h.policies(d.Channel()), now, h.jitter())
+		if err != nil {
+			return decision{}, err
+		}
+		if d.State() == *before {
+			return decision{events: events}, nil // evidence: no message follows it
+		}
+		outbox, err := followUp(h.topics, d, events[len(events)-1].Key, now)
+		return decision{events: events, outbox: outbox}, err
+	})
 }

@@ -53,9 +53,19 @@ type deliveryView struct {
 	UpdatedAt           time.Time  `json:"updated_at"`
 	FirstAttemptAt      *time.Time `json:"first_attempt_at,omitempty"`
 	TerminalAt          *time.Time `json:"terminal_at,omitempty"`
-	Version             int        `json:"version"`
+	// AwaitingReceipt is set while the provider has accepted the current attempt and no receipt,
+	// lookup or deadline has decided it (the delivery is processing, no worker holds it).
+	AwaitingReceipt *awaitingReceipt `json:"awaiting_receipt,omitempty"`
+	Version         int              `json:"version"`
 	// AsOf echoes the as_of parameter of GET /v1/deliveries/{id}: the delivery as it was then.
 	AsOf *time.Time `json:"as_of,omitempty"`
+}
+
+// awaitingReceipt says when the ledger asks the provider about an accepted message, and when it
+// stops waiting and calls the outcome unknown.
+type awaitingReceipt struct {
+	LookupAt time.Time `json:"lookup_at"`
+	GiveUpAt time.Time `json:"give_up_at"`
 }
 
 // lastError is why the latest closed attempt did not deliver.
@@ -73,6 +83,9 @@ func newDeliveryView(r projections.StatusRow) deliveryView {
 		Version: r.Version}
 	if r.LastErrorClass != "" || r.LastError != "" {
 		v.LastError = &lastError{Class: r.LastErrorClass, Message: r.LastError, StatusCode: r.LastStatusCode}
+	}
+	if r.State == domain.StateProcessing && r.GiveUpAt != nil && r.CheckAt != nil {
+		v.AwaitingReceipt = &awaitingReceipt{LookupAt: *r.CheckAt, GiveUpAt: *r.GiveUpAt}
 	}
 	return v
 }

@@ -143,7 +143,8 @@ func count(events []historyEvent, typ domain.EventType) int {
 func TestTwilioReceiptDecidesDelivery(t *testing.T) {
 	t.Parallel()
 	b := setupSMS(t, "  sms: {providers: [twilio]}", twilioProvider("twilio", ""))
-	b.twilio.SetBehaviour(twiliofake.Behaviour{DuplicateEvery: 1, StatusDelay: 100 * time.Millisecond,
+	// No delays: the first callback races the worker recording the acceptance, and waits for it.
+	b.twilio.SetBehaviour(twiliofake.Behaviour{DuplicateEvery: 1,
 		Final: []twiliofake.FinalRule{{Status: "undelivered", Code: 30005, To: []string{"+15005550009"}}}})
 
 	ok := b.sendSMS(t, "tw-1", "+15005550001", "your code is 1234")
@@ -477,4 +478,41 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestAwaitingReceiptIsShown: while Twilio holds the message, the delivery is processing with
+// no worker on it, and its status says when the ledger will ask and when it gives up.
+func TestAwaitingReceiptIsShown(t *testing.T) {
+	t.Parallel()
+	b := setupSMS(t, "  sms: {providers: [twilio]}", twilioProvider("twilio", ", receipt_timeout: 1h, receipt_max_wait: 2h"))
+	b.twilio.SetBehaviour(twiliofake.Behaviour{Hold: true})
+	id := b.sendSMS(t, "aw-1", "+15005550011", "held")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, body := b.do(t, "GET", "/v1/deliveries/"+id, "", nil)
+		var v struct {
+			State           string `json:"state"`
+			AwaitingReceipt *struct {
+				LookupAt time.Time `json:"lookup_at"`
+				GiveUpAt time.Time `json:"give_up_at"`
+			} `json:"awaiting_receipt"`
+		}
+		_ = json.Unmarshal(body, &v)
+		if resp.StatusCode == http.StatusOK && v.AwaitingReceipt != nil {
+			if v.State != "processing" || v.AwaitingReceipt.GiveUpAt.Sub(v.AwaitingReceipt.LookupAt) != time.Hour {
+				t.Fatalf("awaiting delivery %s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery never shown awaiting its receipt: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.twilio.Release()
+	b.waitState(t, id, domain.StateDelivered, 15*time.Second)
+	_, body := b.do(t, "GET", "/v1/deliveries/"+id, "", nil)
+	if strings.Contains(string(body), "awaiting_receipt") {
+		t.Fatalf("a delivered delivery still awaits: %s", body)
+	}
 }

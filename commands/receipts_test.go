@@ -1,0 +1,67 @@
+package commands_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// TestCallbackWaitsForTheAcceptance: a provider's callback that arrives while the worker is
+// still recording the provider's answer (its call is in flight, the operation id unknown) waits
+// for the acceptance and decides the attempt; one about a message no delivery has is not found
+// once the patience is spent; a lookup is never patient.
+func TestCallbackWaitsForTheAcceptance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
+	clock := commands.SystemClock{}
+	policies := func(string) domain.RetryPolicy { return domain.DefaultRetryPolicy() }
+	receipts := commands.NewRecordReceiptHandler(store, store, topics, clock, policies)
+
+	d := acceptedDelivery(t, store)
+	start := commands.NewStartAttemptHandler(store, clock)
+	msg := commands.WorkMessage{DeliveryID: d.ID(), Tenant: "acme", Channel: "webhook", Recipient: d.Recipient(), Attempt: 1}
+	if dec, _, err := start.Handle(ctx, commands.StartAttempt{Message: msg, Provider: "twilio"}); err != nil || dec != commands.StartProceed {
+		t.Fatalf("start: %s %v", dec, err)
+	}
+	delivered := commands.Receipt{Provider: "twilio", OperationID: "SM1", Status: commands.ReceiptDelivered, ProviderStatus: "delivered"}
+	// The callback comes first; the acceptance is recorded 300 ms later.
+	got := make(chan error, 1)
+	var res commands.ReceiptResult
+	go func() {
+		var err error
+		res, err = receipts.Handle(ctx, commands.RecordReceipt{Receipt: delivered, Source: "receipt"})
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	record := commands.NewRecordOutcomeHandler(store, topics, clock, policies)
+	if _, err := record.Handle(ctx, commands.RecordOutcome{DeliveryID: d.ID(), Attempt: 1,
+		Outcome: domain.Outcome{Kind: domain.OutcomeAccepted, Provider: "twilio", ProviderOperationID: "SM1", StatusCode: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil || !res.Recorded || res.State != domain.StateDelivered || res.DeliveryID != d.ID() {
+		t.Fatalf("early callback: %+v %v, want it recorded and the delivery delivered", res, err)
+	}
+
+	began := time.Now()
+	_, err := receipts.Handle(ctx, commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM-none",
+		Status: commands.ReceiptDelivered}, Source: "receipt"})
+	if !errors.Is(err, commands.ErrNotFound) || time.Since(began) < time.Second {
+		t.Fatalf("callback for no message: %v after %s, want not found after waiting", err, time.Since(began))
+	}
+	began = time.Now()
+	_, err = receipts.Handle(ctx, commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM-none",
+		Status: commands.ReceiptDelivered}, Source: "lookup"})
+	if !errors.Is(err, commands.ErrNotFound) || time.Since(began) > 500*time.Millisecond {
+		t.Fatalf("lookup for no message: %v after %s, want not found at once", err, time.Since(began))
+	}
+}
