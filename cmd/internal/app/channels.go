@@ -199,7 +199,26 @@ func CheckFile(path string, cfg Config) ([]string, error) {
 		} else if ok {
 			retry = fmt.Sprintf("retry base %s, cap %s, %d attempts", p.Base, p.Cap, p.MaxAttempts)
 		}
+		if p, ok := policies[name]; ok && p.RetryUnknown {
+			retry += "; unknown: retry (possible duplicates marked)"
+		}
 		lines = append(lines, fmt.Sprintf("channel %s: providers %v; %s", name, providers, retry))
+	}
+	for _, p := range a.providers {
+		var notes []string
+		if p.receipts != nil {
+			if a.publicURL != "" {
+				notes = append(notes, "receipts at "+strings.TrimSuffix(a.publicURL, "/")+"/v1/receipts/"+p.name)
+			} else {
+				notes = append(notes, "no public_url: the provider is not sent a callback URL")
+			}
+		}
+		if p.lookup != nil {
+			notes = append(notes, fmt.Sprintf("looked up after %s, %g lookups/s", p.recheck, p.lookupRate))
+		}
+		if len(notes) > 0 {
+			lines = append(lines, fmt.Sprintf("provider %s: %s", p.name, strings.Join(notes, "; ")))
+		}
 	}
 	return lines, nil
 }
