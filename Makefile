@@ -38,8 +38,8 @@ SOAK_DELIVERIES ?= 2000
 
 .PHONY: soak soak-short
 
-soak: build services ## crash soak: kills every role repeatedly, restarts RabbitMQ; last line lost=N duplicates=N unknown=N
+soak: build services ## crash soak: webhooks and SMS; kills every role repeatedly, restarts RabbitMQ, kills an SMS provider; last line lost=N duplicates=N unknown=N
 	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) $(SOAK_FLAGS)
 
-soak-short: build services ## the crash soak in short for CI: 300 deliveries over 30s, a kill every 500ms; about a minute
+soak-short: build services ## the crash soak in short for CI: 300 deliveries (a fifth SMS) over 30s, a kill every 500ms; about a minute
 	SOAK_DELIVERIES=300 $(GO) run ./cmd/soak --ledger $(BIN) --kill-every 500ms --rate 10 --burst 50 --timeout 3m $(SOAK_FLAGS)

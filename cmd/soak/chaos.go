@@ -22,7 +22,7 @@ const (
 // incident is something the chaos did, kept to explain what the checker finds.
 type incident struct {
 	At, End time.Time
-	Kind    string // kill, rabbitmq-restart, pg-terminate
+	Kind    string // kill, rabbitmq-restart, pg-terminate, provider-kill
 	Target  string
 	Detail  string
 }
@@ -116,6 +116,20 @@ func (c *chaos) restartRabbitMQ(ctx context.Context, amqpURL string) {
 	end := time.Now()
 	c.record(incident{At: start, End: end, Kind: "rabbitmq-restart", Target: "rabbitmq", Detail: "down for " + end.Sub(start).Round(time.Millisecond).String()})
 	c.say("chaos: RabbitMQ is back after %s", end.Sub(start).Round(time.Millisecond))
+}
+
+// killTwilio kills the Twilio fake for good (see smsFakes), after reading its list of messages.
+func (c *chaos) killTwilio(ctx context.Context, fakes *smsFakes) {
+	killed, err := fakes.killTwilio(ctx)
+	if err != nil {
+		c.fail("list the Twilio fake's messages before its kill: %v", err)
+	}
+	if !killed {
+		c.fail("kill the Twilio fake: it was not running")
+		return
+	}
+	c.record(incident{At: fakes.killedAt, Kind: "provider-kill", Target: twilioProvider, Detail: "SIGKILL, not restarted"})
+	c.say("chaos: killed the Twilio fake for good (%d messages listed before); SMS fail over to Vonage", len(fakes.listed))
 }
 
 // terminateConnections ends every database connection of the ledger processes (they connect

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -26,22 +27,34 @@ type evidence struct {
 	streams    map[string][]domain.Event
 	calls      []sinkCall
 	incidents  []incident
-	// replaying: the soak replayed dead deliveries all through the run, so none may end dead.
+	// replaying: the soak replayed dead webhooks all through the run, so none may end dead.
 	replaying bool
+	// sends are the messages the SMS fakes took; twilioListed the sids the Twilio fake's list
+	// answered just before twilioKilledAt (zero when it was not killed).
+	sends          []smsSend
+	twilioListed   []string
+	twilioKilledAt time.Time
 }
 
-// verdict is the checker's finding.
+// verdict is the checker's finding, over every channel unless a field says otherwise.
 type verdict struct {
-	Missing, Stuck                 int
-	Delivered, Dead, Unknown       int
-	UnknownSlow, UnknownStopped    int
+	Missing, Stuck           int
+	Delivered, Dead, Unknown int
+	// The unknown outcomes by what made them: the call's answer never came in time (a slow
+	// answer, a reset after the request was written), the worker stopped mid-call, or a
+	// provider took the message and no receipt or lookup said what became of it in time.
+	UnknownCall, UnknownStopped, UnknownNoReceipt int
+	// WebhookDead counts the dead webhooks, which the soak's replays should leave at none.
+	WebhookDead                    int
 	SameAttemptCalls               int // extra sink calls for one (delivery, attempt)
 	ResentAfterSuccess             int // extra attempts of one delivery that the sink answered 200
 	ByUnknown, ByKill, Unexplained int
 	// Gone counts deliveries whose first attempt the sink answered 410; Replayed the deliveries
 	// with a replay in their history.
 	Gone, Replayed int
-	Failures       []string
+	// SMS is what the checker found about the SMS deliveries.
+	SMS      smsVerdict
+	Failures []string
 	// examples are delivery ids whose history is printed after the failures.
 	examples map[string]string
 }
@@ -49,8 +62,11 @@ type verdict struct {
 // Lost counts accepted deliveries that are missing or did not settle.
 func (v *verdict) Lost() int { return v.Missing + v.Stuck }
 
-// Duplicates counts the sink's duplicate receptions.
-func (v *verdict) Duplicates() int { return v.SameAttemptCalls + v.ResentAfterSuccess }
+// Duplicates counts the duplicate receptions: the webhook sink's, and the SMS that reached a
+// phone more than once.
+func (v *verdict) Duplicates() int {
+	return v.SameAttemptCalls + v.ResentAfterSuccess + v.SMS.Duplicates
+}
 
 func (v *verdict) fail(format string, args ...any) {
 	v.Failures = append(v.Failures, fmt.Sprintf(format, args...))
@@ -73,14 +89,21 @@ type attemptKey struct {
 
 // history is what one stream says about its attempts.
 type history struct {
-	d       *domain.Delivery
-	started map[int]bool
-	unknown map[int]string // attempt → the unknown outcome's error
-	outcome map[int]domain.EventType
+	d         *domain.Delivery
+	started   map[int]bool
+	startedAt map[int]time.Time
+	unknown   map[int]string // attempt → the unknown outcome's error
+	outcome   map[int]domain.EventType
 	// terminal lists the terminal events of the current cycle (since the last replay).
 	terminal []domain.EventType
 	replays  int
-	last     domain.Event
+	// last is the latest event that is not a receipt: a receipt adds evidence after an
+	// outcome (a callback repeated, a lookup) and changes no state.
+	last domain.Event
+	// acceptances are the providers' acceptances of attempts (SMS); failedOver says whether an
+	// attempt passed a provider over.
+	acceptances []domain.ProviderAcceptance
+	failedOver  bool
 }
 
 func readHistory(events []domain.Event) (*history, error) {
@@ -88,8 +111,12 @@ func readHistory(events []domain.Event) (*history, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &history{d: d, started: map[int]bool{}, unknown: map[int]string{}, outcome: map[int]domain.EventType{}, last: events[len(events)-1]}
+	h := &history{d: d, started: map[int]bool{}, startedAt: map[int]time.Time{}, unknown: map[int]string{},
+		outcome: map[int]domain.EventType{}}
 	for _, e := range events {
+		if e.Type != domain.EventReceiptRecorded {
+			h.last = e
+		}
 		data, err := domain.DecodeData(e)
 		if err != nil {
 			return nil, err
@@ -97,11 +124,16 @@ func readHistory(events []domain.Event) (*history, error) {
 		switch v := data.(type) {
 		case *domain.AttemptStarted:
 			h.started[v.Attempt] = true
+			h.startedAt[v.Attempt] = e.RecordedAt
 		case *domain.AttemptResult:
 			h.outcome[v.Attempt] = e.Type
 			if e.Type == domain.EventOutcomeUnknown {
 				h.unknown[v.Attempt] = v.Error
 			}
+			h.failedOver = h.failedOver || len(v.FailedOver) > 0
+		case *domain.ProviderAcceptance:
+			h.acceptances = append(h.acceptances, *v)
+			h.failedOver = h.failedOver || len(v.FailedOver) > 0
 		case *domain.Resolution:
 			h.outcome[v.Attempt] = e.Type
 		}
@@ -125,8 +157,8 @@ func (h *history) deliveredAttempt() int {
 	return 0
 }
 
-// check runs checks 1 to 3 on the evidence: nothing lost, one terminal state each, and every
-// sink reception explained by the history.
+// check runs checks 1 to 3 on the evidence: nothing lost, one terminal state each, every sink
+// reception explained by the history, and every SMS the fakes took explained by its attempts.
 func check(ev evidence) *verdict {
 	v := &verdict{}
 	if len(ev.unaccepted) > 0 {
@@ -162,6 +194,7 @@ func check(ev evidence) *verdict {
 	}
 	checkSink(v, ev, accepted, histories)
 	checkReplays(v, ev, histories)
+	checkSMS(v, ev, histories)
 	return v
 }
 
@@ -193,8 +226,8 @@ func checkReplays(v *verdict, ev evidence, histories map[string]*history) {
 	if notReplayed > 0 {
 		v.fail("%d deliveries the sink answered 410 were not replayed and delivered", notReplayed)
 	}
-	if v.Dead > 0 {
-		v.fail("%d deliveries ended dead although the DLQ was replayed all through the run", v.Dead)
+	if v.WebhookDead > 0 {
+		v.fail("%d webhooks ended dead although the DLQ was replayed all through the run", v.WebhookDead)
 	}
 }
 
@@ -210,7 +243,10 @@ func checkHistory(v *verdict, id, key string, h *history) {
 		v.Delivered++
 	case domain.StateDead:
 		v.Dead++
-		v.example(id, "dead (the sink kills only first attempts, and the soak replays them)")
+		if h.d.Channel() == webhook.Name {
+			v.WebhookDead++
+			v.example(id, "dead (the sink kills only first attempts, and the soak replays them)")
+		}
 	case domain.StateUnknown:
 		v.Unknown++
 	default:
@@ -229,18 +265,39 @@ func checkHistory(v *verdict, id, key string, h *history) {
 	if state != domain.StateUnknown {
 		return
 	}
-	// Evidence: the last event is the unknown outcome of the latest attempt, with its reason.
+	// Evidence: the last event (receipts aside) is the unknown outcome of the latest attempt,
+	// with its reason.
 	reason, ok := h.unknown[h.d.Attempt()]
 	if h.last.Type != domain.EventOutcomeUnknown || !ok || reason == "" {
 		v.fail("delivery %s: unknown without an outcome_unknown event explaining attempt %d", id, h.d.Attempt())
 		v.example(id, "unknown without evidence")
 		return
 	}
-	if strings.Contains(reason, "worker stopped") {
+	switch unknownCause(reason) {
+	case causeStopped:
 		v.UnknownStopped++
-	} else {
-		v.UnknownSlow++
+	case causeNoReceipt:
+		v.UnknownNoReceipt++
+	default:
+		v.UnknownCall++
 	}
+}
+
+// What made an outcome unknown, read from its error.
+const (
+	causeCall      = "call"
+	causeStopped   = "stopped"
+	causeNoReceipt = "no receipt"
+)
+
+func unknownCause(reason string) string {
+	switch {
+	case strings.Contains(reason, "worker stopped"):
+		return causeStopped
+	case strings.Contains(reason, "no receipt or lookup"):
+		return causeNoReceipt
+	}
+	return causeCall
 }
 
 // checkSink matches the sink's receptions with the histories: every delivered attempt was
@@ -283,6 +340,9 @@ func checkSink(v *verdict, ev evidence, accepted map[string]string, histories ma
 	}
 	neverSeen := 0
 	for id, h := range histories {
+		if h.d.Channel() != webhook.Name {
+			continue
+		}
 		if h.d.State() == domain.StateDelivered {
 			a := h.deliveredAttempt()
 			ok := false

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/deliveryledger/ledger/adapters/webhook"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,6 +18,8 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/sms"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -40,11 +40,14 @@ const (
 	checkerApplication = "soak-checker"
 )
 
-// environment is what one soak run owns: a schema, a queue name prefix, a directory of logs.
+// environment is what one soak run owns: a schema, a queue name prefix, a directory of logs and
+// of the ledger's configuration file.
 type environment struct {
 	schema string
 	prefix string
 	dir    string
+	// config is the path of the ledger's configuration file (LEDGER_CONFIG), once written.
+	config string
 	// ledgerURL is the database URL of the ledger processes, checkerURL the soak's own.
 	ledgerURL  string
 	checkerURL string
@@ -57,9 +60,10 @@ type environment struct {
 // topology is the queue topology the ledger processes declare under the soak's prefix.
 func (e *environment) topology() amqp.Topology {
 	return amqp.Topology{
-		Prefix:   e.prefix,
-		Channels: []string{webhook.Name},
-		Tiers:    domain.RetryPolicy{Base: retryBase, Cap: retryCap}.Tiers(),
+		Prefix:       e.prefix,
+		Channels:     []string{webhook.Name, sms.Name},
+		Tiers:        domain.RetryPolicy{Base: retryBase, Cap: retryCap}.Tiers(),
+		ChannelTiers: map[string][]time.Duration{sms.Name: smsTiers()},
 	}
 }
 
@@ -215,7 +219,15 @@ func ledgerEnv(e *environment, httpAddr string, o options) []string {
 		"LEDGER_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
 		"LEDGER_DATABASE_MAX_CONNS=8",
 		"LEDGER_LOG_LEVEL="+o.LogLevel,
+		"LEDGER_RECONCILE_INTERVAL="+reconcileInterval.String(),
+		// The secrets the configuration file names.
+		twilioTokenVar+"="+smsAuthToken,
+		vonageSecretVar+"="+smsAPISecret,
+		vonageCallbackVar+"="+smsCallbackToken,
 	)
+	if e.config != "" {
+		env = append(env, "LEDGER_CONFIG="+e.config)
+	}
 	// Later entries win (os/exec keeps the last value of a repeated name).
 	return append(env, o.Extra...)
 }

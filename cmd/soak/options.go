@@ -15,6 +15,7 @@ const (
 	defaultDeliveries  = 2000
 	defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/ledger_soak?sslmode=disable"
 	defaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	defaultSMSShare    = 0.2
 )
 
 // options are the soak's settings.
@@ -34,6 +35,9 @@ type options struct {
 	// production overlaps with many kills; Burst is the size of the waves they are sent in.
 	Rate  float64
 	Burst int
+	// SMSShare is the share of the deliveries sent to the sms channel (the rest go to the
+	// webhook sink).
+	SMSShare float64
 	// Seed makes the chaos schedule repeatable (0: a random seed, printed).
 	Seed uint64
 	// Keep leaves the schema, the queues and the process logs in place for investigation:
@@ -57,6 +61,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.Clients, "clients", 16, "concurrent producers")
 	fs.Float64Var(&o.Rate, "rate", 25, "average accepts per second (0: unlimited)")
 	fs.IntVar(&o.Burst, "burst", 100, "deliveries per wave: each wave is sent as fast as the API takes it")
+	fs.Float64Var(&o.SMSShare, "sms-share", defaultSMSShare, "share of the deliveries sent as SMS, to the Twilio fake first and the Vonage fake after it (0 to 1; the rest are webhooks)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the chaos schedule (0: random)")
 	fs.StringVar(&o.Keep, "keep", "never", "keep the schema, queues, process logs and sink record after the run: never, failed or always")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "log level of the ledger processes (debug shows every worker decision)")
@@ -85,6 +90,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.Burst < 1 {
 		errs = append(errs, fmt.Errorf("--burst %d is below 1", o.Burst))
+	}
+	if o.SMSShare < 0 || o.SMSShare > 1 {
+		errs = append(errs, fmt.Errorf("--sms-share %g: want a share from 0 to 1", o.SMSShare))
 	}
 	if o.Clients < 1 {
 		errs = append(errs, fmt.Errorf("--clients %d is below 1", o.Clients))

@@ -20,8 +20,9 @@ const restartAfterExit = 500 * time.Millisecond
 
 var errStopping = errors.New("the process is being stopped")
 
-// process is one `ledger serve` process of the soak, kept running by a supervisor goroutine: it
-// is restarted after every SIGKILL the chaos sends and after every exit of its own.
+// process is one process of the ledger binary (a `ledger serve` of some roles, or a `ledger sink`
+// provider fake), kept running by a supervisor goroutine: it is restarted after every SIGKILL
+// the chaos sends and after every exit of its own, unless it was killed for good.
 type process struct {
 	name    string
 	args    []string
@@ -46,11 +47,12 @@ type process struct {
 	done   chan struct{}
 }
 
-func newProcess(binary, dir, name, roles string, env []string) *process {
+// newProcess prepares a process that runs binary with args, logging to dir/name.log.
+func newProcess(binary, dir, name string, args, env []string) *process {
 	return &process{
 		name:    name,
 		binary:  binary,
-		args:    []string{"serve", "--roles", roles},
+		args:    args,
 		env:     env,
 		logPath: filepath.Join(dir, name+".log"),
 		done:    make(chan struct{}),
@@ -143,6 +145,22 @@ func (p *process) kill(pause time.Duration) bool {
 		return false
 	}
 	p.killPause = max(pause, time.Millisecond)
+	p.kills++
+	return true
+}
+
+// killForGood sends SIGKILL to the running process and does not start it again. It reports
+// false when the process was not running.
+func (p *process) killForGood() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.running || p.stopping || p.killPause != 0 {
+		return false
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return false
+	}
+	p.stopping = true // the supervisor returns once the process is gone
 	p.kills++
 	return true
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/deliveryledger/ledger/adapters/webhook"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,14 +11,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/sms"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 )
 
-// producer sends the deliveries through the API, one Idempotency-Key each. While the API process
-// is down or answers 5xx or 409 it sends the same request again (same key, same body) until it
-// gets a 2xx: a key counts as accepted only then.
+// producer sends the deliveries through the API, one Idempotency-Key each: to the webhook sink,
+// or as SMS where the plan says so. While the API process is down or answers 5xx or 409 it sends
+// the same request again (same key, same body) until it gets a 2xx: a key counts as accepted
+// only then.
 type producer struct {
 	api       string
 	sink      string
+	sms       smsPlan
 	run       string
 	n         int
 	clients   int
@@ -36,9 +39,9 @@ type producer struct {
 	lastError string
 }
 
-func newProducer(api, sinkURL, run string, n, clients int, perSecond float64, burst int) *producer {
+func newProducer(api, sinkURL string, plan smsPlan, run string, n, clients int, perSecond float64, burst int) *producer {
 	return &producer{
-		api: api, sink: sinkURL, run: run, n: n, clients: clients, perSecond: perSecond, burst: max(burst, 1),
+		api: api, sink: sinkURL, sms: plan, run: run, n: n, clients: clients, perSecond: perSecond, burst: max(burst, 1),
 		// No keep-alive: a killed API leaves no stale pooled connection behind, and each retry
 		// finds out at once whether the new process listens.
 		client:   &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
@@ -49,6 +52,24 @@ func newProducer(api, sinkURL, run string, n, clients int, perSecond float64, bu
 
 // key is the Idempotency-Key of the i-th delivery.
 func (p *producer) key(i int) string { return fmt.Sprintf("soak-%s-%06d", p.run, i) }
+
+// body is the request of the i-th delivery.
+func (p *producer) body(i int) []byte {
+	req := map[string]any{
+		"channel":   webhook.Name,
+		"recipient": p.sink,
+		"payload":   map[string]any{"soak": p.run, "n": i},
+	}
+	if j, ok := p.sms.ordinal(i); ok {
+		req = map[string]any{
+			"channel":   sms.Name,
+			"recipient": p.sms.number(j),
+			"payload":   map[string]any{"text": smsText(p.key(i))},
+		}
+	}
+	body, _ := json.Marshal(req) // maps of strings and numbers always encode
+	return body
+}
 
 // produce sends every delivery; it returns when each has been accepted or refused for good, or
 // ctx ends. Deliveries go out in waves of burst, as fast as the API takes them, spaced so that the
@@ -86,12 +107,7 @@ func (p *producer) produce(ctx context.Context) {
 
 // send posts one delivery until the API accepts or refuses it.
 func (p *producer) send(ctx context.Context, i int) {
-	key := p.key(i)
-	body, _ := json.Marshal(map[string]any{
-		"channel":   webhook.Name,
-		"recipient": p.sink,
-		"payload":   map[string]any{"soak": p.run, "n": i},
-	})
+	key, body := p.key(i), p.body(i)
 	pause := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		id, retry, err := p.post(ctx, key, body)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/webhook"
 )
 
 // replayEvery is how often the operator replays the DLQ during a run.
@@ -18,7 +20,8 @@ const replayEvery = 500 * time.Millisecond
 // replayer plays the operator who replays the dead-letter queue while processes die around it:
 // it replays a page of dead deliveries through the API again and again (POST /v1/dlq/replay),
 // taking any failure (the API killed mid-request, say) as a reason to try again. A delivery the
-// sink answered 410 dies; replayed, its next attempt gets 200, so at the end none is dead.
+// sink answered 410 dies; replayed, its next attempt gets 200, so at the end none is dead. Only
+// webhooks are replayed: an SMS to a number that cannot take it would die again and again.
 type replayer struct {
 	api    string
 	client *http.Client
@@ -36,7 +39,7 @@ var errNoReplay = errors.New("no POST /v1/dlq/replay")
 
 // once replays one page; errNoReplay when the ledger has no such endpoint.
 func (p *replayer) once(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.api+"/v1/dlq/replay?limit=100",
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.api+"/v1/dlq/replay?limit=100&channel="+webhook.Name,
 		strings.NewReader(`{"reason":"soak: the operator replays the DLQ"}`))
 	if err != nil {
 		return err

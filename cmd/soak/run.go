@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,11 +28,12 @@ const (
 	// settleGrace is how long every delivery must stay settled before the processes are
 	// stopped: a worker still holding the call of an attempt marked unknown may yet record its
 	// real outcome.
-	settleGrace = 2*webhookTimeout + time.Second
+	settleGrace = 2*max(webhookTimeout, smsTimeout) + time.Second
 	stopGrace   = shutdownTimeout + 10*time.Second
 	// stallAfter ends the wait once no delivery has moved for this long after the chaos: retry
-	// delays are at most the retry cap, and every process is back within seconds.
-	stallAfter = 30 * time.Second
+	// delays are at most the retry cap, every process is back within seconds, and an SMS a
+	// provider accepted waits at most receipt_max_wait, then a reconciler pass, to be decided.
+	stallAfter = max(30*time.Second, receiptMaxWait+2*reconcileInterval+5*time.Second)
 	logTail    = 40
 )
 
@@ -47,6 +49,8 @@ type runner struct {
 	sink     *sink
 	api      string
 	procs    []*process
+	// fakes are the SMS providers; not in procs, so the kill loop leaves them alone.
+	fakes    *smsFakes
 	producer *producer
 	chaos    *chaos
 	tracker  *tracker
@@ -102,13 +106,29 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		return nil, err
 	}
 	r.api = "http://" + addr
-	r.say("schema %s, queue prefix %s, %d deliveries, kill every %s, seed %d, logs in %s",
-		r.env.schema, r.env.prefix, r.o.Deliveries, r.o.KillEvery, r.seed, r.env.dir)
+	r.say("schema %s, queue prefix %s, %d deliveries (%.0f%% SMS), kill every %s, seed %d, logs in %s",
+		r.env.schema, r.env.prefix, r.o.Deliveries, 100*r.o.SMSShare, r.o.KillEvery, r.seed, r.env.dir)
 	if fi, err := os.Stat(r.o.Ledger); err == nil {
 		r.say("ledger binary %s, built %s", r.o.Ledger, fi.ModTime().UTC().Format(time.RFC3339))
 	}
+	r.fakes, err = startSMSFakes(ctx, r.o.Ledger, r.env.dir)
+	if r.fakes != nil {
+		defer r.stop(r.fakes.procs())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start the SMS fakes: %w", err)
+	}
+	r.env.config = filepath.Join(r.env.dir, "ledger.yaml")
+	if err := writeConfig(r.env.config, addr, r.fakes); err != nil {
+		return nil, fmt.Errorf("write the configuration file: %w", err)
+	}
+	described, err := checkConfig(ctx, r.o.Ledger, r.env.config, ledgerEnv(r.env, addr, r.o))
+	if err != nil {
+		return nil, err
+	}
+	r.say("SMS over the Twilio fake on %s, then the Vonage fake on %s; ledger config check %s", r.fakes.twilioAddr, r.fakes.vonageAddr, lastLine(described))
 
-	roles := [][2]string{{"api", "api"}, {"relay", "relay"}, {"worker-1", "worker"}, {"worker-2", "worker"}}
+	roles := [][2]string{{"api", "api"}, {"relay", "relay"}, {"worker-1", "worker"}, {"worker-2", "worker"}, {"reconciler", "reconciler"}}
 	if r.features.projector {
 		roles = append(roles, [2]string{"projector", "projector"})
 	} else {
@@ -119,7 +139,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		if nr[1] == "api" {
 			listen = addr
 		}
-		r.procs = append(r.procs, newProcess(r.o.Ledger, r.env.dir, nr[0], nr[1], ledgerEnv(r.env, listen, r.o)))
+		r.procs = append(r.procs, newProcess(r.o.Ledger, r.env.dir, nr[0], []string{"serve", "--roles", nr[1]}, ledgerEnv(r.env, listen, r.o)))
 	}
 	r.env.declared = true // the processes declare the topology; tearDown deletes it
 	for _, p := range r.procs {
@@ -142,7 +162,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	} else {
 		r.say("this ledger has no POST /v1/dlq/replay: dead deliveries stay dead")
 	}
-	r.producer = newProducer(r.api, r.sink.URL(), r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
+	r.producer = newProducer(r.api, r.sink.URL(), smsPlan{r.o.SMSShare}, r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
 	r.chaos = newChaos(r.procs, r.seed, r.say)
 	produced := make(chan struct{})
 	go func() {
@@ -161,8 +181,8 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 }
 
 // runChaos kills processes until production is over and most deliveries have settled;
-// meanwhile it terminates the database connections once (a quarter into production) and
-// restarts RabbitMQ once (halfway).
+// meanwhile it terminates the database connections once (a quarter into production), restarts
+// RabbitMQ once (halfway) and kills the Twilio fake for good (three fifths in).
 func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 	kctx, stopKills := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -172,7 +192,7 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 		r.chaos.killLoop(kctx, r.o.KillEvery)
 	}()
 	n := int64(r.o.Deliveries)
-	terminated, rabbitStarted := false, false
+	terminated, rabbitStarted, twilioKilled := false, false, false
 	rabbitDone := make(chan struct{})
 	var producedAt time.Time
 	tick := time.NewTicker(pollEvery)
@@ -196,6 +216,10 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 				defer close(rabbitDone)
 				r.chaos.restartRabbitMQ(ctx, r.env.amqpURL)
 			}()
+		}
+		if !twilioKilled && accepted >= n*3/5 {
+			twilioKilled = true
+			r.chaos.killTwilio(ctx, r.fakes)
 		}
 		settledN := r.refresh(ctx, false)
 		if time.Since(lastProgress) >= progressEvery {
@@ -225,8 +249,8 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 	}
 	stopKills()
 	wg.Wait()
-	if !terminated || !rabbitStarted {
-		r.chaos.fail("the run ended before the planned database and broker disturbances")
+	if !terminated || !rabbitStarted || !twilioKilled {
+		r.chaos.fail("the run ended before the planned database, broker and provider disturbances")
 	}
 	r.say("chaos over: %s", r.killSummary())
 }
@@ -313,9 +337,14 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 			rest = append(rest, p)
 		}
 	}
-	// Relay and workers stop first, so that the log stops moving; the API answers the status
-	// check, and the projector catches up with the last events.
-	r.stop(rest)
+	// The fakes, relay, workers and reconciler stop first, so that the log stops moving (no
+	// receipt comes in any more); the API answers the status check, and the projector catches
+	// up with the last events.
+	r.stop(append(r.fakes.procs(), rest...))
+	sends, err := r.fakes.sends()
+	if err != nil {
+		return nil, err
+	}
 	ids, unaccepted := r.producer.accepts()
 	for i := range r.o.Deliveries {
 		key := r.producer.key(i)
@@ -334,7 +363,8 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 		return nil, err
 	}
 	incidents, chaosFailures := r.chaos.snapshot()
-	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents, replaying: r.replaying}
+	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents, replaying: r.replaying,
+		sends: sends, twilioListed: r.fakes.listed, twilioKilledAt: r.fakes.killedAt}
 	v := check(ev)
 	for _, f := range chaosFailures {
 		v.fail("chaos: %s", f)
@@ -355,9 +385,9 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 
 // report prints what happened and, when a check failed, the evidence and the process logs.
 func (r *runner) report(v *verdict, ev evidence) {
-	for _, p := range r.procs {
+	for _, p := range append(slices.Clone(r.procs), r.fakes.procs()...) {
 		starts, kills, exits, last := p.counts()
-		line := fmt.Sprintf("process %-9s starts=%d kills=%d exits=%d", p.name, starts, kills, exits)
+		line := fmt.Sprintf("process %-10s starts=%d kills=%d exits=%d", p.name, starts, kills, exits)
 		if exits > 0 {
 			line += " (last: " + last + ")"
 		}
@@ -371,14 +401,23 @@ func (r *runner) report(v *verdict, ev evidence) {
 	r.say("producer: accepted=%d retries=%d replayed=%d (answers repeated for a key already accepted)",
 		r.producer.accepted.Load(), r.producer.retries.Load(), r.producer.replayed.Load())
 	r.say("sink: calls=%d", len(ev.calls))
-	r.say("states: delivered=%d dead=%d unknown=%d (slow answer %d, worker stopped mid-call %d) missing=%d stuck=%d",
-		v.Delivered, v.Dead, v.Unknown, v.UnknownSlow, v.UnknownStopped, v.Missing, v.Stuck)
+	r.say("states: delivered=%d dead=%d unknown=%d (call unanswered %d, worker stopped mid-call %d, no receipt in time %d) missing=%d stuck=%d",
+		v.Delivered, v.Dead, v.Unknown, v.UnknownCall, v.UnknownStopped, v.UnknownNoReceipt, v.Missing, v.Stuck)
+	s := v.SMS
+	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d)",
+		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting)
+	killed := "the Twilio fake was not killed"
+	if !ev.twilioKilledAt.IsZero() {
+		killed = fmt.Sprintf("the Twilio fake was killed at %.1fs, listing %d messages", ev.twilioKilledAt.Sub(r.started).Seconds(), len(ev.twilioListed))
+	}
+	r.say("sms sends: twilio=%d vonage=%d (%s); duplicates %d (explained by unknown %d, unexplained %d)",
+		s.TwilioSends, s.VonageSends, killed, s.Duplicates, s.ByUnknown, s.Unexplained)
 	if r.replaying {
 		r.say("replays: %d deliveries answered 410 died, %d replayed through the DLQ (%d replay requests failed while processes died)",
 			v.Gone, v.Replayed, r.replayer.failures.Load())
 	}
-	r.say("duplicates: %d (same attempt called again %d, delivery resent after a 200 %d; explained by unknown %d, by a redelivery after a kill %d, unexplained %d)",
-		v.Duplicates(), v.SameAttemptCalls, v.ResentAfterSuccess, v.ByUnknown, v.ByKill, v.Unexplained)
+	r.say("duplicates: %d (webhooks: same attempt called again %d, delivery resent after a 200 %d; explained by unknown %d, by a redelivery after a kill %d, unexplained %d; SMS again to a phone %d)",
+		v.Duplicates(), v.SameAttemptCalls, v.ResentAfterSuccess, v.ByUnknown, v.ByKill, v.Unexplained, v.SMS.Duplicates)
 	if !r.features.verify {
 		r.say("status view: this ledger has no `projections verify status`; compared GET /v1/deliveries/{id} (state, version, attempts) with a fresh fold instead")
 	}
@@ -388,7 +427,7 @@ func (r *runner) report(v *verdict, ev evidence) {
 	}
 	printExamples(r.out, v, ev)
 	timeline := append([]incident(nil), ev.incidents...)
-	for _, p := range r.procs {
+	for _, p := range append(slices.Clone(r.procs), r.fakes.procs()...) {
 		timeline = append(timeline, p.timeline()...)
 	}
 	sort.SliceStable(timeline, func(i, j int) bool { return timeline[i].At.Before(timeline[j].At) })
@@ -413,7 +452,11 @@ func (r *runner) printIncidents(incidents []incident) {
 }
 
 func (r *runner) printLogs() {
-	for _, p := range r.procs {
+	procs := slices.Clone(r.procs)
+	if r.fakes != nil {
+		procs = append(procs, r.fakes.procs()...)
+	}
+	for _, p := range procs {
 		fmt.Fprintf(r.out, "--- log of %s (last %d lines)\n", p.name, logTail)
 		p.tail(r.out, logTail)
 	}

@@ -6,32 +6,41 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
 
 // loadChunk is how many streams one query loads.
 const loadChunk = 500
 
-// settled reports whether nothing will move a delivery in state s any more: delivered is
-// terminal, unknown waits for reconciliation, and dead is terminal unless the soak's operator
-// replays dead deliveries (then it waits for the replay and the next attempt).
-func (t *tracker) settled(s domain.State) bool {
-	return s == domain.StateDelivered || s == domain.StateUnknown || (s == domain.StateDead && !t.replaying)
+// settled reports whether nothing will move delivery id any more: delivered is terminal, unknown
+// waits for reconciliation, and dead is terminal unless the soak's operator replays dead
+// webhooks (then it waits for the replay and the next attempt). An SMS that a provider accepted
+// stays processing until a receipt, a lookup or its receipt_max_wait decides: not settled.
+func (t *tracker) settled(id string) bool {
+	switch t.states[id] {
+	case domain.StateDelivered, domain.StateUnknown:
+		return true
+	case domain.StateDead:
+		return !t.replaying || t.channels[id] != webhook.Name
+	}
+	return false
 }
 
 // tracker follows the accepted deliveries by folding their streams from the events table.
 type tracker struct {
 	store *postgres.EventStore
-	// states is the last folded state of each delivery seen so far.
-	states map[string]domain.State
+	// states is the last folded state of each delivery seen so far, channels its channel.
+	states   map[string]domain.State
+	channels map[string]string
 	// changed is when a delivery was last seen in a new state.
 	changed time.Time
-	// replaying: the soak replays dead deliveries, so dead is not settled.
+	// replaying: the soak replays dead webhooks, so a dead webhook is not settled.
 	replaying bool
 }
 
 func newTracker(store *postgres.EventStore) *tracker {
-	return &tracker{store: store, states: map[string]domain.State{}, changed: time.Now()}
+	return &tracker{store: store, states: map[string]domain.State{}, channels: map[string]string{}, changed: time.Now()}
 }
 
 // refresh folds the streams of the given deliveries that have not settled yet (all of them when
@@ -39,7 +48,7 @@ func newTracker(store *postgres.EventStore) *tracker {
 func (t *tracker) refresh(ctx context.Context, ids []string, all bool) (int, error) {
 	var load []string
 	for _, id := range ids {
-		if all || !t.settled(t.states[id]) {
+		if all || !t.settled(id) {
 			load = append(load, id)
 		}
 	}
@@ -60,11 +69,11 @@ func (t *tracker) refresh(ctx context.Context, ids []string, all bool) (int, err
 		if before, ok := t.states[id]; !ok || before != d.State() {
 			t.changed = time.Now()
 		}
-		t.states[id] = d.State()
+		t.states[id], t.channels[id] = d.State(), d.Channel()
 	}
 	n := 0
 	for _, id := range ids {
-		if t.settled(t.states[id]) {
+		if t.settled(id) {
 			n++
 		}
 	}
