@@ -137,6 +137,7 @@ type AttemptHandler struct {
 	record   *RecordOutcomeHandler
 	defers   *DeferAttemptHandler
 	reroute  *RerouteHandler
+	events   EventStore
 	channels *Channels
 	limiter  Limiter
 	breakers Breakers
@@ -172,6 +173,7 @@ func NewAttemptHandler(cfg AttemptConfig) (*AttemptHandler, error) {
 		channels:   cfg.Channels,
 		limiter:    cfg.Limiter,
 		breakers:   cfg.Breakers,
+		events:     cfg.Store,
 		metrics:    cfg.Metrics,
 		clock:      cfg.Clock,
 		logger:     cfg.Logger,
@@ -219,11 +221,11 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	}
 	sender := c.sender()
 
-	var decision StartDecision
+	var started StartDecision
 	var known *domain.Delivery
 	err := h.untilStored(ctx, 5, func() error {
 		var err error
-		decision, known, err = h.start.Handle(ctx, StartAttempt{
+		started, known, err = h.start.Handle(ctx, StartAttempt{
 			Message:              msg,
 			Redelivered:          a.Redelivered,
 			Provider:             sender.Provider(),
@@ -241,11 +243,11 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		log.Error("cannot record attempt start, requeueing", "err", err)
 		return Requeue
 	}
-	if decision == StartNotNow {
+	if started == StartNotNow {
 		return Requeue // nothing was recorded; the limit may have room next time
 	}
-	if decision != StartProceed {
-		log.Debug("attempt not started", "decision", decision)
+	if started != StartProceed {
+		log.Debug("attempt not started", "decision", started)
 		return Ack
 	}
 
@@ -254,8 +256,26 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	// on to the next provider at once. After any other outcome, an unknown one above all (the
 	// provider may have sent it), the attempt stays with the provider that answered.
 	for outcome.NotSent && outcome.Kind == domain.OutcomeTransient {
+		from := c.sender().Provider()
 		c.passOver(outcome.Err)
 		if _, _, ok := c.next(c.index + 1); !ok {
+			break
+		}
+		// Recorded before the call, so that a worker that dies during it leaves a history that
+		// names the provider it called. Without that record there is no call.
+		err := h.untilStored(ctx, 5, func() error {
+			d, err := decide(ctx, h.events, msg.DeliveryID, known, "fail over "+msg.DeliveryID, func(d *domain.Delivery) (decision, error) {
+				events, err := d.FailOver(from, c.sender().Provider(), outcome.Err, h.clock.Now())
+				return decision{events: events}, err
+			})
+			if err == nil {
+				known = d
+			}
+			return err
+		})
+		if err != nil {
+			log.Warn("cannot record failover; the attempt keeps its outcome", "from", from, "to", c.sender().Provider(), "err", err)
+			c.release(BreakerIgnore)
 			break
 		}
 		outcome = c.send(ctx)
@@ -340,14 +360,11 @@ func (c *call) send(ctx context.Context) domain.Outcome {
 		outcome.Provider = sender.Provider()
 	}
 	c.h.metrics.Attempt(c.msg.Channel, outcome.Provider, string(outcome.Kind), outcome.Latency)
-	if c.done != nil {
-		result := BreakerSuccess
-		if outcome.ProviderFault {
-			result = BreakerFault
-		}
-		c.done(result)
-		c.done = nil
+	result := BreakerSuccess
+	if outcome.ProviderFault {
+		result = BreakerFault
 	}
+	c.release(result)
 	return outcome
 }
 
@@ -356,13 +373,18 @@ func (c *call) passOver(reason string) {
 	c.tried = append(c.tried, domain.ProviderTry{Provider: c.sender().Provider(), Error: reason})
 }
 
+// release tells the current provider's breaker what its call showed, once.
+func (c *call) release(result BreakerResult) {
+	if c.done != nil {
+		c.done(result)
+		c.done = nil
+	}
+}
+
 // close frees what the call holds: a breaker that admitted a call that was never made, and the
 // limit slots.
 func (c *call) close() {
-	if c.done != nil {
-		c.done(BreakerIgnore)
-		c.done = nil
-	}
+	c.release(BreakerIgnore)
 	for _, release := range c.releases {
 		release()
 	}

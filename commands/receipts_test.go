@@ -65,3 +65,43 @@ func TestCallbackWaitsForTheAcceptance(t *testing.T) {
 		t.Fatalf("lookup for no message: %v after %s, want not found at once", err, time.Since(began))
 	}
 }
+
+// TestDeadWorkerAfterFailoverNamesTheProviderItCalled: a worker failed over from twilio to
+// vonage and died during the call; the redelivered copy's unknown outcome names vonage.
+func TestDeadWorkerAfterFailoverNamesTheProviderItCalled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	clock := commands.SystemClock{}
+	d := acceptedDelivery(t, store)
+	start := commands.NewStartAttemptHandler(store, clock)
+	msg := commands.WorkMessage{DeliveryID: d.ID(), Tenant: "acme", Channel: "webhook", Recipient: d.Recipient(), Attempt: 1}
+	if dec, _, err := start.Handle(ctx, commands.StartAttempt{Message: msg, Provider: "twilio"}); err != nil || dec != commands.StartProceed {
+		t.Fatalf("start: %s %v", dec, err)
+	}
+	events, err := store.Load(ctx, d.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := domain.Rehydrate(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, err := live.FailOver("twilio", "vonage", "connection refused", clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Append(ctx, failed, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The new worker's breakers admit twilio first again; the history says vonage was called.
+	if dec, _, err := start.Handle(ctx, commands.StartAttempt{Message: msg, Redelivered: true, Provider: "twilio"}); err != nil || dec != commands.StartRecordedUnknown {
+		t.Fatalf("redelivered copy: %s %v", dec, err)
+	}
+	events, _ = store.Load(ctx, d.ID())
+	final, _ := domain.Rehydrate(events)
+	if final.State() != domain.StateUnknown || final.LastResult().Provider != "vonage" {
+		t.Fatalf("state %s, unknown outcome of %q, want vonage", final.State(), final.LastResult().Provider)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
@@ -66,7 +67,23 @@ type ReconcilerConfig struct {
 // run at once: each answer is recorded only on the version it was asked at.
 type Reconciler struct {
 	cfg ReconcilerConfig
+	// backoff holds the deliveries whose last lookup failed (the provider did not answer), and
+	// when to ask about each again: a provider that is down is not asked every pass.
+	mu      sync.Mutex
+	backoff map[string]lookupBackoff
 }
+
+// lookupBackoff is a delivery's run of failed lookups.
+type lookupBackoff struct {
+	failures int
+	next     time.Time
+}
+
+// Bounds of the pause after failed lookups: it doubles from the first to the last.
+const (
+	lookupBackoffFirst = time.Second
+	lookupBackoffMax   = 5 * time.Minute
+)
 
 // NewReconciler builds the reconciler.
 func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
@@ -91,7 +108,7 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reconciler{cfg: cfg}, nil
+	return &Reconciler{cfg: cfg, backoff: map[string]lookupBackoff{}}, nil
 }
 
 // PassResult counts what one pass did.
@@ -130,17 +147,25 @@ func (r *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	if err != nil {
 		return res, err
 	}
+	now := r.cfg.Clock.Now()
 	for _, c := range due {
 		if ctx.Err() != nil {
 			return res, nil
+		}
+		if r.backingOff(c.DeliveryID, now) {
+			res.Skipped++
+			continue
 		}
 		res.Looked++
 		outcome, err := r.look(ctx, c)
 		if err != nil {
 			res.Failed++
-			r.cfg.Logger.Warn("reconciler cannot look at delivery", "delivery", c.DeliveryID, "provider", c.Provider, "err", err)
+			wait := r.failed(c.DeliveryID, now)
+			r.cfg.Logger.Warn("reconciler cannot look at delivery", "delivery", c.DeliveryID, "provider", c.Provider,
+				"err", err, "next_try_in", wait)
 			continue
 		}
+		r.succeeded(c.DeliveryID)
 		switch outcome {
 		case "resolved":
 			res.Resolved++
@@ -153,6 +178,39 @@ func (r *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// backingOff reports whether a delivery's last lookups failed and its next try is not due.
+func (r *Reconciler) backingOff(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.backoff[id]
+	return ok && now.Before(b.next)
+}
+
+// failed records a failed look at a delivery and returns the pause before the next.
+func (r *Reconciler) failed(id string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.backoff[id]
+	wait := min(lookupBackoffFirst<<min(b.failures, 20), lookupBackoffMax)
+	b.failures++
+	b.next = now.Add(wait)
+	r.backoff[id] = b
+	if len(r.backoff) > 10000 {
+		for k, v := range r.backoff { // forget the ones long due: they were resolved elsewhere
+			if now.Sub(v.next) > lookupBackoffMax {
+				delete(r.backoff, k)
+			}
+		}
+	}
+	return wait
+}
+
+func (r *Reconciler) succeeded(id string) {
+	r.mu.Lock()
+	delete(r.backoff, id)
+	r.mu.Unlock()
 }
 
 // look decides about one delivery: give up waiting, ask its provider, or leave it.

@@ -108,9 +108,13 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 			if h.policies != nil && h.topics != nil {
 				policy = h.policies(d.Channel())
 			}
+			provider := d.Calling() // the provider the dead worker called, failovers included
+			if provider == "" {
+				provider = cmd.Provider
+			}
 			unknown, err := d.RecordOutcome(attempt, domain.Outcome{
 				Kind:     domain.OutcomeUnknown,
-				Provider: cmd.Provider,
+				Provider: provider,
 				Err:      "worker stopped during the attempt; the provider may have received it",
 			}, policy, now, rand.Float64())
 			if err != nil {

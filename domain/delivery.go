@@ -60,6 +60,10 @@ type Delivery struct {
 	// lookups counts the lookups of the current attempt that found its message on the way.
 	receipts map[string]bool
 	lookups  int
+	// calling is the provider the current attempt's call went to (the one it started with, or
+	// the last it failed over to); failovers counts the attempt's failovers.
+	calling   string
+	failovers int
 
 	acceptedAt time.Time
 	updatedAt  time.Time
@@ -172,6 +176,8 @@ func ptrTo(data any) any {
 		return &v
 	case ReceiptData:
 		return &v
+	case FailOver:
+		return &v
 	}
 	return data
 }
@@ -203,6 +209,10 @@ func (d *Delivery) apply(e Event, next State, data any) {
 	case *AttemptStarted:
 		d.attempt = v.Attempt
 		d.lookups = 0
+		d.calling, d.failovers = v.Provider, 0
+	case *FailOver:
+		d.calling = v.To
+		d.failovers++
 	case *AttemptResult:
 		d.lastResult = v
 		d.nextDueAt = v.NextAttemptAt
@@ -264,6 +274,20 @@ func (d *Delivery) StartAttempt(provider string, now time.Time) ([]Event, error)
 	return d.record(now, EventAttemptStarted, KeyAttemptStarted(d.id, d.attempt),
 		AttemptStarted{Attempt: d.attempt, Provider: provider})
 }
+
+// FailOver records that the current attempt's call to from never reached it, and that the
+// attempt goes to to: recorded before to is called.
+func (d *Delivery) FailOver(from, to, reason string, now time.Time) ([]Event, error) {
+	if d.state != StateProcessing || d.awaiting != nil || d.calling != from {
+		return nil, fmt.Errorf("%w: delivery %s is %s with %q, not calling %s", ErrStaleAttempt, d.id, d.state, d.calling, from)
+	}
+	return d.record(now, EventFailedOver, KeyFailedOver(d.id, d.attempt, d.failovers+1),
+		FailOver{Attempt: d.attempt, From: from, To: to, Error: reason})
+}
+
+// Calling returns the provider the current attempt's call went to: the one it started with, or
+// the last one it failed over to.
+func (d *Delivery) Calling() string { return d.calling }
 
 // RecordOutcome is the one mapping from a typed outcome to the next state. jitter in [0,1) feeds
 // the retry schedule.

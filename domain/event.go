@@ -150,6 +150,15 @@ type ReceiptData struct {
 	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
 }
 
+// FailOver is the data of EventFailedOver: the call of the attempt to From never reached it
+// (Error says why), and the attempt goes to To.
+type FailOver struct {
+	Attempt int    `json:"attempt"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Error   string `json:"error"`
+}
+
 // Replayed is the data of EventReplayed.
 type Replayed struct {
 	// Attempt is the number of the first attempt of the new cycle.
@@ -197,6 +206,11 @@ func KeyReceipt(id, provider, operation, status, code string) string {
 // KeyLookup is the key of the n-th lookup of an attempt that found its message still on its way.
 func KeyLookup(id string, attempt, n int) string {
 	return fmt.Sprintf("%s/attempt/%d/lookup/%d", id, attempt, n)
+}
+
+// KeyFailedOver is the key of an attempt's n-th failover.
+func KeyFailedOver(id string, attempt, n int) string {
+	return fmt.Sprintf("%s/attempt/%d/failover/%d", id, attempt, n)
 }
 
 // KeyAttemptStarted is the key of an attempt's EventAttemptStarted.
@@ -272,6 +286,8 @@ func DecodeData(e Event) (any, error) {
 		v = &ProviderAcceptance{}
 	case EventReceiptRecorded:
 		v = &ReceiptData{}
+	case EventFailedOver:
+		v = &FailOver{}
 	default:
 		return nil, fmt.Errorf("event %d of %s: unknown type %q", e.Version, e.DeliveryID, e.Type)
 	}

@@ -281,3 +281,30 @@ func TestReceiptAheadOfTheAcceptanceIsRefused(t *testing.T) {
 		t.Fatalf("a refused receipt recorded something")
 	}
 }
+
+func TestFailOverNamesTheProviderCalled(t *testing.T) {
+	t.Parallel()
+	spec := validSpec()
+	spec.Channel = "sms"
+	s := accept(t, spec)
+	s.add(t)(s.d.Queue(testNow))
+	s.add(t)(s.d.StartAttempt("twilio", testNow))
+	if s.d.Calling() != "twilio" {
+		t.Fatalf("calling %q after the start", s.d.Calling())
+	}
+	if _, err := s.d.FailOver("vonage", "other", "refused", testNow); !errors.Is(err, ErrStaleAttempt) {
+		t.Fatalf("fail over from a provider not called: %v", err)
+	}
+	events := s.add(t)(s.d.FailOver("twilio", "vonage", "connection refused", testNow))
+	if events[0].Key != KeyFailedOver("d-1", 1, 1) || s.d.Calling() != "vonage" || s.d.State() != StateProcessing {
+		t.Fatalf("failover %s: calling %q state %q", events[0].Key, s.d.Calling(), s.d.State())
+	}
+	r := rehydrated(t, s)
+	if r.Calling() != "vonage" {
+		t.Fatalf("rehydrated calling %q", r.Calling())
+	}
+	events = s.add(t)(s.d.FailOver("vonage", "third", "dns", testNow))
+	if events[0].Key != KeyFailedOver("d-1", 1, 2) {
+		t.Fatalf("second failover key %s", events[0].Key)
+	}
+}

@@ -103,13 +103,17 @@ const (
 	// outcome), or word on an attempt already decided, kept as evidence. It changes no state, in
 	// any state.
 	EventReceiptRecorded EventType = "delivery.receipt_recorded"
+	// EventFailedOver records that the attempt's call never reached its provider and moves on to
+	// the next one, before that one is called: the history always names the provider a call
+	// went to, also when the worker dies during it.
+	EventFailedOver EventType = "delivery.failed_over"
 )
 
 // EventTypes lists every event type.
 var EventTypes = []EventType{
 	EventAccepted, EventQueued, EventDeferred, EventAttemptStarted, EventDelivered, EventRetryScheduled,
 	EventDeadLettered, EventOutcomeUnknown, EventReconciledDelivered, EventReconciledDead,
-	EventReconciledRetry, EventReplayed, EventProviderAccepted, EventReceiptRecorded,
+	EventReconciledRetry, EventReplayed, EventProviderAccepted, EventReceiptRecorded, EventFailedOver,
 }
 
 // Preserving reports whether an event of type t keeps whatever state the delivery is in: it
@@ -129,6 +133,7 @@ var transitions = map[State]map[EventType]State{
 		EventOutcomeUnknown:   StateUnknown,
 		EventProviderAccepted: StateProcessing,
 		EventReceiptRecorded:  StateProcessing,
+		EventFailedOver:       StateProcessing,
 	},
 	StateRetrying: {EventQueued: StateQueued, EventReceiptRecorded: StateRetrying},
 	StateDead:     {EventReplayed: StateQueued, EventReceiptRecorded: StateDead},

@@ -18,6 +18,7 @@ var expectedTransitions = map[State]map[EventType]State{
 		EventOutcomeUnknown:   StateUnknown,
 		EventProviderAccepted: StateProcessing,
 		EventReceiptRecorded:  StateProcessing,
+		EventFailedOver:       StateProcessing,
 	},
 	StateRetrying: {EventQueued: StateQueued, EventReceiptRecorded: StateRetrying},
 	StateDead:     {EventReplayed: StateQueued, EventReceiptRecorded: StateDead},
@@ -135,8 +136,8 @@ func TestEventTypesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 14 {
-		t.Errorf("EventTypes has %d distinct types, want 14", len(seen))
+	if len(seen) != 15 {
+		t.Errorf("EventTypes has %d distinct types, want 15", len(seen))
 	}
 }
 

@@ -114,6 +114,10 @@ func (f *dlqFold) apply(e domain.Event) error {
 		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Provider: v.Provider,
 			StatusCode: v.StatusCode, LatencyMS: v.LatencyMS, ProviderOperationID: v.ProviderOperationID,
 			Evidence: "accepted by the provider, awaiting its receipt"})
+	case *domain.FailOver:
+		r.Provider = v.To
+		f.evidence = append(f.evidence, Evidence{Attempt: v.Attempt, Event: e.Type, At: at, Provider: v.From,
+			Error: v.Error, Evidence: "the call never reached " + v.From + "; the attempt moved on to " + v.To})
 	case *domain.ReceiptData:
 		text := v.Source + ": " + v.Status
 		if v.ProviderStatus != "" {

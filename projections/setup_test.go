@@ -242,6 +242,10 @@ func (h *history) run(rng *rand.Rand) {
 					NextCheck: now.Add(time.Minute)}, policy, now, rng.Float64()))
 				continue
 			}
+			if rng.IntN(10) == 0 && d.Calling() != "sms-b" {
+				h.do(d.FailOver(d.Calling(), "sms-b", "connection refused", h.tick(rng)))
+				continue
+			}
 			if rng.IntN(5) == 0 {
 				h.do(d.RecordOutcome(d.Attempt(), domain.Outcome{Kind: domain.OutcomeAccepted, Provider: "sms-a",
 					ProviderOperationID: fmt.Sprintf("SM%d", steps), StatusCode: 201, ReceiptTimeout: time.Minute,

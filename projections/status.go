@@ -109,6 +109,8 @@ func (r *StatusRow) apply(e domain.Event) error {
 	case *domain.ProviderAcceptance:
 		r.Provider, r.ProviderOperationID = v.Provider, v.ProviderOperationID
 		r.CheckAt, r.GiveUpAt = microPtr(&v.CheckAt), microPtr(&v.GiveUpAt)
+	case *domain.FailOver:
+		r.Provider = v.To
 	case *domain.ReceiptData:
 		if v.NextCheckAt != nil && r.CheckAt != nil {
 			r.CheckAt = microPtr(v.NextCheckAt)

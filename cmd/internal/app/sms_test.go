@@ -278,6 +278,16 @@ func TestFailoverWhenTheFirstProviderIsUnreachable(t *testing.T) {
 	if n := len(b.vonage.Messages()); n != 1 {
 		t.Fatalf("vonage got %d messages", n)
 	}
+	// The failover is in the history before the call it leads to.
+	got := strings.Join(types(h), ",")
+	if !strings.Contains(got, "attempt_started,failed_over,provider_accepted") {
+		t.Fatalf("history %s, want the failover recorded between the start and the acceptance", got)
+	}
+	var fo domain.FailOver
+	_ = json.Unmarshal(eventsOfType(h, domain.EventFailedOver)[0].Data, &fo)
+	if fo.From != "down" || fo.To != "vonage" || fo.Error == "" {
+		t.Fatalf("failover %+v", fo)
+	}
 }
 
 // TestUnknownNeverFailsOverAndTheLookupResolvesIt: provider one takes the message but answers
