@@ -13,8 +13,12 @@ import (
 type Replay struct {
 	Tenant     string
 	DeliveryID string
-	// Reason is recorded with the replay (who asked, why).
+	// Reason and Actor are recorded with the replay (why, who asked).
 	Reason string
+	Actor  string
+	// AllowUnknown replays a delivery whose outcome is unknown too (its provider may have acted:
+	// the replay event says so); otherwise only a dead one is replayed.
+	AllowUnknown bool
 	// RequestKey, when set, is the operator's Idempotency-Key: a repeat of the request (same key,
 	// same RequestHash) is answered with the first replay instead of replaying again, however
 	// many times it is sent and whatever happened to the delivery since. The same key with
@@ -65,7 +69,7 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 			}
 		}
 		now := h.clock.Now()
-		replayed, err := d.Replay(cmd.Reason, now)
+		replayed, err := d.ReplayAs(domain.ReplayAsk{Reason: cmd.Reason, Actor: cmd.Actor, Unknown: cmd.AllowUnknown}, now)
 		if err != nil {
 			return decision{}, err
 		}

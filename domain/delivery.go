@@ -556,11 +556,29 @@ var ErrNotDead = errors.New("delivery is not dead")
 // history kept, its next attempt numbered on from the last one and allowed the full number of
 // attempts again. The work message of that attempt must travel with the event.
 func (d *Delivery) Replay(reason string, now time.Time) ([]Event, error) {
-	if d.state != StateDead {
+	return d.ReplayAs(ReplayAsk{Reason: reason}, now)
+}
+
+// ReplayAsk is an operator's replay: why, by whom, and whether an unknown outcome may be replayed.
+type ReplayAsk struct {
+	Reason string
+	// Actor names who asked (recorded with the replay).
+	Actor string
+	// Unknown allows replaying a delivery whose outcome is unknown: its provider may have acted,
+	// so the new cycle may send it a second time, and the event says so.
+	Unknown bool
+}
+
+// ReplayAs is Replay with the whole ask: a dead delivery, or with ask.Unknown an unknown one,
+// starts a new attempt cycle.
+func (d *Delivery) ReplayAs(ask ReplayAsk, now time.Time) ([]Event, error) {
+	fromUnknown := d.state == StateUnknown && ask.Unknown
+	if d.state != StateDead && !fromUnknown {
 		return nil, fmt.Errorf("%w: delivery %s is %s", ErrNotDead, d.id, d.state)
 	}
 	cycle := d.cycle + 1
-	return d.record(now, EventReplayed, KeyReplayed(d.id, cycle), Replayed{Attempt: d.attempt + 1, Cycle: cycle, Reason: reason})
+	return d.record(now, EventReplayed, KeyReplayed(d.id, cycle), Replayed{Attempt: d.attempt + 1, Cycle: cycle,
+		Reason: ask.Reason, Actor: ask.Actor, FromUnknown: fromUnknown})
 }
 
 // ID returns the delivery's id.

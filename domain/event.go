@@ -165,6 +165,10 @@ type Replayed struct {
 	Attempt int    `json:"attempt"`
 	Cycle   int    `json:"cycle"`
 	Reason  string `json:"reason,omitempty"`
+	Actor   string `json:"actor,omitempty"`
+	// FromUnknown marks the replay of a delivery whose outcome was unknown: the provider may
+	// have acted on the last cycle, so this one may send it again.
+	FromUnknown bool `json:"from_unknown,omitempty"`
 }
 
 // Key helpers: one place that spells the idempotency keys of a delivery's events.

@@ -308,3 +308,19 @@ func TestFailOverNamesTheProviderCalled(t *testing.T) {
 		t.Fatalf("second failover key %s", events[0].Key)
 	}
 }
+
+func TestReplayOfAnUnknownNeedsToBeAskedFor(t *testing.T) {
+	t.Parallel()
+	s := processing(t, validSpec())
+	s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeUnknown, Err: "timeout"}, DefaultRetryPolicy(), testNow, 0))
+	if _, err := s.d.Replay("plain", testNow); !errors.Is(err, ErrNotDead) {
+		t.Fatalf("plain replay of an unknown: %v", err)
+	}
+	events := s.add(t)(s.d.ReplayAs(ReplayAsk{Reason: "the receiver dedupes", Actor: "tenant:acme", Unknown: true}, testNow))
+	var r Replayed
+	_ = json.Unmarshal(events[0].Data, &r)
+	if s.d.State() != StateQueued || !r.FromUnknown || r.Actor != "tenant:acme" || r.Cycle != 1 || r.Attempt != 2 {
+		t.Fatalf("state %q, replayed %+v", s.d.State(), r)
+	}
+	rehydrated(t, s)
+}

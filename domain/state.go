@@ -142,6 +142,7 @@ var transitions = map[State]map[EventType]State{
 		EventReconciledDead:      StateDead,
 		EventReconciledRetry:     StateRetrying,
 		EventReceiptRecorded:     StateUnknown,
+		EventReplayed:            StateQueued,
 	},
 	StateDelivered: {EventReceiptRecorded: StateDelivered},
 }

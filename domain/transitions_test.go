@@ -27,6 +27,7 @@ var expectedTransitions = map[State]map[EventType]State{
 		EventReconciledDead:      StateDead,
 		EventReconciledRetry:     StateRetrying,
 		EventReceiptRecorded:     StateUnknown,
+		EventReplayed:            StateQueued, // an operator's replay that allows it (ReplayAs)
 	},
 	// A receipt is evidence in every state, a delivered delivery's included: it changes nothing.
 	StateDelivered: {EventReceiptRecorded: StateDelivered},

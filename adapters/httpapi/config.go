@@ -93,6 +93,9 @@ type Deps struct {
 	// OperatorRequests keeps the answers of keyed DLQ replays (Idempotency-Key on POST
 	// /v1/dlq/replay); required with Replay and Views.
 	OperatorRequests commands.RequestStore
+	// ReplayJobs, when set, creates and shows replay jobs (POST /v1/replays, GET
+	// /v1/replays/{id}, GET /v1/replays).
+	ReplayJobs *commands.ReplayJobs
 	// Receipts, when set, takes providers' callbacks at POST /v1/receipts/{provider}.
 	Receipts *Receipts
 	// Providers, when set, answers GET /v1/providers.

@@ -24,6 +24,8 @@ const (
 // replayRequest is the optional body of the replay endpoints.
 type replayRequest struct {
 	Reason string `json:"reason"`
+	// Actor names who asked; the key's tenant ("tenant:acme") when absent.
+	Actor string `json:"actor"`
 }
 
 // reconcileRequest is the body of POST /v1/deliveries/{id}/reconcile.
@@ -32,7 +34,7 @@ type reconcileRequest struct {
 	// provider never got it: another attempt is safe; dead if no attempt is left).
 	Outcome  string `json:"outcome"`
 	Evidence string `json:"evidence"`
-	// Actor names who decided; "api" when absent.
+	// Actor names who decided; the key's tenant ("tenant:acme") when absent.
 	Actor               string `json:"actor"`
 	StatusCode          int    `json:"status_code"`
 	ProviderOperationID string `json:"provider_operation_id"`
@@ -67,6 +69,7 @@ type replaySkipped struct {
 // request's fingerprint.
 type replayAsk struct {
 	reason string
+	actor  string
 	key    string
 	hash   []byte
 }
@@ -98,7 +101,10 @@ func (s *server) readReplay(w http.ResponseWriter, r *http.Request) (replayAsk, 
 	if err := checkText("reason", req.Reason, maxReasonLen); err != nil {
 		return ask, err
 	}
-	ask.reason = req.Reason
+	if err := checkText("actor", req.Actor, maxReasonLen); err != nil {
+		return ask, err
+	}
+	ask.reason, ask.actor = req.Reason, req.Actor
 	return ask, nil
 }
 
@@ -124,7 +130,7 @@ func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if !ok {
 		return commands.ErrNotFound
 	}
-	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: ask.reason,
+	d, err := s.deps.Replay.Handle(r.Context(), commands.Replay{Tenant: tenant, DeliveryID: id, Reason: ask.reason, Actor: ask.actorOr(tenant),
 		RequestKey: ask.key, RequestHash: ask.hash})
 	if err != nil {
 		return err
@@ -175,7 +181,7 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 		out.NextCursor = page.Next.String()
 	}
 	for _, row := range page.Items {
-		cmd := commands.Replay{Tenant: tenant, DeliveryID: row.ID, Reason: ask.reason}
+		cmd := commands.Replay{Tenant: tenant, DeliveryID: row.ID, Reason: ask.reason, Actor: ask.actorOr(tenant)}
 		if ask.key != "" {
 			// Each delivery's replay is keyed too, so a repeat after a failure half-way replays
 			// none of them twice, even one that died again since.
@@ -262,7 +268,7 @@ func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenan
 		}
 	}
 	if req.Actor == "" {
-		req.Actor = "api"
+		req.Actor = tenantActor(tenant)
 	}
 	id, ok := pathID(r.PathValue("id"))
 	if !ok {
@@ -280,4 +286,15 @@ func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenan
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// tenantActor is the actor of a decision made with a tenant's key that names none.
+func tenantActor(tenant string) string { return "tenant:" + tenant }
+
+// actorOr is the ask's actor, or the tenant's when it names none.
+func (a replayAsk) actorOr(tenant string) string {
+	if a.actor != "" {
+		return a.actor
+	}
+	return tenantActor(tenant)
 }

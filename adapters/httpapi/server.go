@@ -135,6 +135,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	if deps.Reconcile != nil {
 		s.tenantRoute("POST /v1/deliveries/{id}/reconcile", s.reconcileDelivery)
 	}
+	if deps.ReplayJobs != nil {
+		s.tenantRoute("POST /v1/replays", s.createReplayJob)
+		s.tenantRoute("GET /v1/replays/{id}", s.replayJob)
+		s.tenantRoute("GET /v1/replays", s.replayJobs, "limit")
+	}
 	if deps.Providers != nil {
 		s.tenantRoute("GET /v1/providers", s.providers)
 	}

@@ -57,6 +57,7 @@ type App struct {
 	breakers   *breaker.Registry
 	reconciler *commands.Reconciler
 	receipts   *commands.RecordReceiptHandler
+	replayJobs *commands.ReplayJobs
 }
 
 // Option adjusts the wiring: tests replace a channel's provider with one that misbehaves, and the
@@ -237,6 +238,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	replay.Requests = a.store
 	reconcile := commands.NewReconcileHandler(a.store, a.topology, clock, policies)
 	reconcile.OnDecided = a.metrics.Decided
+	a.replayJobs = commands.NewReplayJobs(a.store, replay, clock, a.logger.With("role", "api"))
 	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks()}, httpapi.Deps{
 		Accept:   accept,
 		Events:   a.store,
@@ -247,6 +249,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		Replay:           replay,
 		Reconcile:        reconcile,
 		OperatorRequests: a.store,
+		ReplayJobs:       a.replayJobs,
 		Receipts:         a.receiptIntake(clock, policies),
 		Providers:        a.providerViews,
 		Ready:            a.ready,
@@ -362,6 +365,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.server != nil {
 		start("api", func(ctx context.Context) error { return serve(ctx, a.server, a.listener, a.cfg.ShutdownTimeout) })
+		// Every API process runs replay jobs; a lease keeps each job with one of them.
+		start("replay jobs", func(ctx context.Context) error { return a.replayJobs.Run(ctx, replayJobPoll) })
 		defer a.probe.Close()
 	}
 	if a.metricsListener != nil {
@@ -428,6 +433,9 @@ func serve(ctx context.Context, server *http.Server, l net.Listener, grace time.
 	}
 	return nil
 }
+
+// replayJobPoll is how often an idle API process looks for a replay job to run.
+const replayJobPoll = 500 * time.Millisecond
 
 // statisticsInterval is how often a writing process checks whether its tables need ANALYZE.
 const statisticsInterval = 5 * time.Second

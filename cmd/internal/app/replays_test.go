@@ -1,0 +1,134 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+type replayJobAnswer struct {
+	ID       string         `json:"id"`
+	State    string         `json:"state"`
+	Matched  int            `json:"matched"`
+	Replayed int            `json:"replayed"`
+	Skipped  int            `json:"skipped"`
+	Skips    map[string]int `json:"skips"`
+}
+
+// TestReplayJobThroughTheAPI: the dead deliveries of one path are replayed by a job the API
+// creates: 202 with the count matched, the same key answers the same job, another body under
+// it is 422, the job runs to done in the background and each delivery is delivered after one
+// replay; another tenant sees no job; bad input is a 400 naming the field.
+func TestReplayJobThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	fixed := make(chan struct{})
+	b.sink.script(func(r *http.Request, n int) (int, http.Header) {
+		select {
+		case <-fixed:
+			return http.StatusOK, nil
+		default:
+		}
+		if strings.HasSuffix(r.URL.Path, "/gone") {
+			return http.StatusGone, nil
+		}
+		return http.StatusOK, nil
+	})
+	var dead []string
+	for i := range 5 {
+		dead = append(dead, b.accept(t, fmt.Sprintf("rj-%d", i), b.sink.URL+"/gone", domain.PriorityNormal))
+	}
+	ok := b.accept(t, "rj-ok", b.sink.URL+"/fine", domain.PriorityNormal)
+	for _, id := range dead {
+		b.waitState(t, id, domain.StateDead, 20*time.Second)
+	}
+	b.waitState(t, ok, domain.StateDelivered, 20*time.Second)
+	// The DLQ view must list them before a job can select them.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := b.do(t, "GET", "/v1/dlq?channel=webhook", "", nil)
+		var page struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		_ = json.Unmarshal(body, &page)
+		if len(page.Items) == len(dead) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the DLQ view lists %d of %d", len(page.Items), len(dead))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(fixed)
+
+	body := map[string]any{"reason": "receiver fixed", "channel": "webhook", "failure_class": "permanent"}
+	resp, raw := b.do(t, "POST", "/v1/replays", "bulk-1", body)
+	var job replayJobAnswer
+	if err := json.Unmarshal(raw, &job); err != nil || resp.StatusCode != http.StatusAccepted || job.Matched != len(dead) || job.ID == "" {
+		t.Fatalf("create: %d %s", resp.StatusCode, raw)
+	}
+	resp, raw = b.do(t, "POST", "/v1/replays", "bulk-1", body)
+	var again replayJobAnswer
+	_ = json.Unmarshal(raw, &again)
+	if resp.StatusCode != http.StatusAccepted || again.ID != job.ID || resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("same key: %d %s", resp.StatusCode, raw)
+	}
+	resp, raw = b.do(t, "POST", "/v1/replays", "bulk-1", map[string]any{"reason": "other"})
+	if resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("same key, other body: %d %s", resp.StatusCode, raw)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		_, raw = b.do(t, "GET", "/v1/replays/"+job.ID, "", nil)
+		_ = json.Unmarshal(raw, &job)
+		if job.State == "done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s", raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if job.Replayed != len(dead) || job.Skipped != 0 {
+		t.Fatalf("done job %s", raw)
+	}
+	for _, id := range dead {
+		b.waitState(t, id, domain.StateDelivered, 20*time.Second)
+		h := b.history(t, id)
+		replays := eventsOfType(h, domain.EventReplayed)
+		if len(replays) != 1 || !strings.Contains(string(replays[0].Data), `"actor":"replay job `+job.ID+`"`) {
+			t.Fatalf("%s: replays %+v", id, replays)
+		}
+	}
+	_, raw = b.do(t, "GET", "/v1/replays", "", nil)
+	if !strings.Contains(string(raw), job.ID) {
+		t.Fatalf("list: %s", raw)
+	}
+
+	b.key = "globex-key"
+	if resp, raw := b.do(t, "GET", "/v1/replays/"+job.ID, "", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another tenant's job: %d %s", resp.StatusCode, raw)
+	}
+	for _, bad := range []struct {
+		key  string
+		body map[string]any
+		want string
+	}{
+		{"b-1", map[string]any{}, `"field":"reason"`},
+		{"b-2", map[string]any{"reason": "r", "failure_class": "bored"}, `"field":"failure_class"`},
+		{"b-3", map[string]any{"reason": "r", "channel": "pigeon"}, `"field":"channel"`},
+		{"b-4", map[string]any{"reason": "r", "since": "yesterday"}, `"field":"since"`},
+		{"b-5", map[string]any{"reason": "r", "colour": "red"}, `"field":"colour"`},
+		{"", map[string]any{"reason": "r"}, `"field":"Idempotency-Key"`},
+	} {
+		resp, raw := b.do(t, "POST", "/v1/replays", bad.key, bad.body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), bad.want) {
+			t.Errorf("%v: %d %s, want 400 with %s", bad.body, resp.StatusCode, raw, bad.want)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/deliveryledger/ledger/domain"
+)
+
+// ReplayFilters select the deliveries of a replay job, as the DLQ view knows them.
+type ReplayFilters struct {
+	Channel      string            `json:"channel,omitempty"`
+	FailureClass domain.ErrorClass `json:"failure_class,omitempty"`
+	Recipient    string            `json:"recipient,omitempty"`
+	// Since and Until bound accepted_at (Until exclusive).
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// Replay job states.
+const (
+	ReplayJobRunning = "running"
+	ReplayJobDone    = "done"
+)
+
+// ReplayJob is an operator's replay of every dead delivery (and, if asked, every unknown one)
+// that matched its filters when it was created. It runs in the background, in pages, and
+// resumes where it stopped after any crash; no delivery is replayed twice by it.
+type ReplayJob struct {
+	ID             string
+	Tenant         string
+	RequestKey     string
+	RequestHash    []byte
+	Reason         string
+	IncludeUnknown bool
+	Filters        ReplayFilters
+	State          string
+	// Matched is how many deliveries the filters selected at creation; Replayed and Skipped
+	// how many of them the job has been through, and Skips why it skipped them, by reason.
+	Matched, Replayed, Skipped int
+	Skips                      map[string]int
+	CreatedAt, UpdatedAt       time.Time
+	FinishedAt                 *time.Time
+}
+
+// ErrTooManyMatched: a replay job's filters select more deliveries than one job takes.
+var ErrTooManyMatched = errors.New("the filters match too many deliveries for one replay job")
+
+// MaxReplayJobDeliveries is the most deliveries one job replays: narrow the filters for more.
+const MaxReplayJobDeliveries = 100_000
+
+// ReplayJobStore keeps replay jobs and the deliveries each selected.
+type ReplayJobStore interface {
+	// CreateReplayJob records job, with every delivery of its tenant the filters select in the
+	// DLQ view (dead ones, and unknown ones with IncludeUnknown) as its items, in one
+	// transaction, unless the tenant used job.RequestKey before: then it returns that job and
+	// created=false (same RequestHash), or ErrRequestMismatch. More than max selected deliveries
+	// is ErrTooManyMatched, and nothing is recorded.
+	CreateReplayJob(ctx context.Context, job ReplayJob, max int) (stored ReplayJob, created bool, err error)
+	// ReplayJob returns a tenant's job, or ErrNotFound.
+	ReplayJob(ctx context.Context, tenant, id string) (ReplayJob, error)
+	// ReplayJobs returns a tenant's latest jobs, newest first.
+	ReplayJobs(ctx context.Context, tenant string, limit int) ([]ReplayJob, error)
+	// ClaimReplayJob leases the oldest running job no one holds (or whose lease ran out) for
+	// lease, or returns nil when there is none.
+	ClaimReplayJob(ctx context.Context, lease time.Duration) (*ReplayJob, error)
+	// PendingReplayItems returns up to limit deliveries of the job not yet gone through.
+	PendingReplayItems(ctx context.Context, jobID string, limit int) ([]string, error)
+	// FinishReplayItems records the outcome of each delivery ("" replayed, otherwise why it was
+	// skipped), adds them to the job's counts and renews its lease, in one transaction; a
+	// delivery already finished is not counted again.
+	FinishReplayItems(ctx context.Context, jobID string, outcomes map[string]string, lease time.Duration) error
+	// CompleteReplayJob marks the job done.
+	CompleteReplayJob(ctx context.Context, jobID string) error
+}
+
+// ReplayJobs creates replay jobs and runs them.
+type ReplayJobs struct {
+	store  ReplayJobStore
+	replay *ReplayHandler
+	clock  Clock
+	logger *slog.Logger
+	// Page is how many deliveries a runner replays between two records of its progress.
+	Page int
+	// Lease is how long a runner holds a job without recording progress before another may
+	// take it over.
+	Lease time.Duration
+}
+
+// NewReplayJobs builds the use case over the replay command (keyed replays need its Requests).
+func NewReplayJobs(store ReplayJobStore, replay *ReplayHandler, clock Clock, logger *slog.Logger) *ReplayJobs {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &ReplayJobs{store: store, replay: replay, clock: clock, logger: logger, Page: 100, Lease: 30 * time.Second}
+}
+
+// Create records a job for job's tenant, filters, reason and request key, and returns it
+// (created=false: the job an earlier request with the same key made).
+func (j *ReplayJobs) Create(ctx context.Context, job ReplayJob) (ReplayJob, bool, error) {
+	now := j.clock.Now()
+	job.State, job.CreatedAt, job.UpdatedAt = ReplayJobRunning, now, now
+	job.Replayed, job.Skipped, job.Skips, job.FinishedAt = 0, 0, map[string]int{}, nil
+	return j.store.CreateReplayJob(ctx, job, MaxReplayJobDeliveries)
+}
+
+// Run claims running jobs and works through them until ctx ends, looking for one every
+// interval when there is none.
+func (j *ReplayJobs) Run(ctx context.Context, interval time.Duration) error {
+	for {
+		worked, err := j.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			j.logger.Warn("replay job", "err", err)
+		}
+		if worked && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+// RunOnce claims one job and runs it to its end (or until ctx ends, or a write fails: another
+// runner takes it over when its lease runs out). It reports whether it found a job.
+func (j *ReplayJobs) RunOnce(ctx context.Context) (bool, error) {
+	job, err := j.store.ClaimReplayJob(ctx, j.Lease)
+	if err != nil || job == nil {
+		return false, err
+	}
+	log := j.logger.With("job", job.ID, "tenant", job.Tenant)
+	for ctx.Err() == nil {
+		ids, err := j.store.PendingReplayItems(ctx, job.ID, j.Page)
+		if err != nil {
+			return true, err
+		}
+		if len(ids) == 0 {
+			if err := j.store.CompleteReplayJob(ctx, job.ID); err != nil {
+				return true, err
+			}
+			log.Info("replay job done", "matched", job.Matched)
+			return true, nil
+		}
+		outcomes := make(map[string]string, len(ids))
+		for _, id := range ids {
+			outcome, err := j.one(ctx, job, id)
+			if err != nil {
+				// Record what is done; the rest is retried by whoever holds the job next.
+				if len(outcomes) > 0 {
+					_ = j.store.FinishReplayItems(ctx, job.ID, outcomes, j.Lease)
+				}
+				return true, err
+			}
+			outcomes[id] = outcome
+		}
+		if err := j.store.FinishReplayItems(ctx, job.ID, outcomes, j.Lease); err != nil {
+			return true, err
+		}
+	}
+	return true, ctx.Err()
+}
+
+// one replays one delivery of the job, keyed by the job and the delivery, so that a runner that
+// replays it again after a crash gets the first replay back instead of a second one. It returns
+// "" when the delivery was replayed, or why it was skipped.
+func (j *ReplayJobs) one(ctx context.Context, job *ReplayJob, id string) (string, error) {
+	d, err := j.replay.Handle(ctx, Replay{Tenant: job.Tenant, DeliveryID: id, Reason: job.Reason,
+		Actor: "replay job " + job.ID, AllowUnknown: job.IncludeUnknown,
+		RequestKey: "job:" + job.ID + ":" + id, RequestHash: job.RequestHash})
+	switch {
+	case err == nil:
+		return "", nil
+	case errors.Is(err, domain.ErrNotDead) && d != nil:
+		if job.IncludeUnknown {
+			return fmt.Sprintf("no longer dead or unknown: %s", d.State()), nil
+		}
+		return fmt.Sprintf("no longer dead: %s", d.State()), nil
+	case errors.Is(err, ErrNotFound):
+		return "not found", nil
+	}
+	return "", err
+}
+
+// Get returns a tenant's job, or ErrNotFound.
+func (j *ReplayJobs) Get(ctx context.Context, tenant, id string) (ReplayJob, error) {
+	return j.store.ReplayJob(ctx, tenant, id)
+}
+
+// List returns a tenant's latest jobs, newest first.
+func (j *ReplayJobs) List(ctx context.Context, tenant string, limit int) ([]ReplayJob, error) {
+	return j.store.ReplayJobs(ctx, tenant, limit)
+}

@@ -1,0 +1,189 @@
+package commands_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/deliveryledger/ledger/adapters/amqp"
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
+)
+
+// deadDelivery records a webhook delivery of tenant that failed for good at its first attempt
+// (or, with unknown, whose outcome is unknown).
+func deadDelivery(t *testing.T, store *postgres.EventStore, tenant string, unknown bool) string {
+	t.Helper()
+	now := commands.SystemClock{}.Now()
+	id := uuid.Must(uuid.NewV7()).String()
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, Channel: "webhook",
+		Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(more []domain.Event, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, more...)
+	}
+	add(d.Queue(now))
+	add(d.StartAttempt("webhook", now))
+	kind := domain.OutcomePermanent
+	if unknown {
+		kind = domain.OutcomeUnknown
+	}
+	add(d.RecordOutcome(1, domain.Outcome{Kind: kind, StatusCode: 410, Err: "gone"}, domain.DefaultRetryPolicy(), now, 0))
+	if err := store.Append(context.Background(), events, nil); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// countingStore counts the replays appended, by delivery.
+type countingStore struct {
+	*postgres.EventStore
+	replays map[string]*atomic.Int32
+}
+
+func (c countingStore) count(events []domain.Event) {
+	for _, e := range events {
+		if e.Type == domain.EventReplayed {
+			c.replays[e.DeliveryID].Add(1)
+		}
+	}
+}
+
+func (c countingStore) AppendRequest(ctx context.Context, r commands.StoredRequest, events []domain.Event, outbox []commands.OutboxMessage) error {
+	err := c.EventStore.AppendRequest(ctx, r, events, outbox)
+	if err == nil {
+		c.count(events)
+	}
+	return err
+}
+
+// TestReplayJobSurvivesItsRunnerAndReplaysEachOnce: a job over 230 dead deliveries (and one
+// unknown it leaves alone) is cut off mid-page; a second runner takes it over when the lease
+// runs out and finishes it. Every dead delivery is replayed exactly once, the counts add up,
+// and the same key answers the same job.
+func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
+	clock := commands.SystemClock{}
+	counting := countingStore{EventStore: store, replays: map[string]*atomic.Int32{}}
+	var dead []string
+	for range 230 {
+		id := deadDelivery(t, store, "acme", false)
+		dead = append(dead, id)
+		counting.replays[id] = &atomic.Int32{}
+	}
+	unknown := deadDelivery(t, store, "acme", true)
+	counting.replays[unknown] = &atomic.Int32{}
+	other := deadDelivery(t, store, "globex", false)
+	runner, err := projections.NewRunner(schema.Pool, store, projections.All(), projections.RunnerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	replay := commands.NewReplayHandler(counting, topics, clock)
+	replay.Requests = counting
+	first := commands.NewReplayJobs(store, replay, clock, nil)
+	first.Page, first.Lease = 40, 300*time.Millisecond
+	ask := commands.ReplayJob{Tenant: "acme", RequestKey: "bulk-1", RequestHash: []byte("h1"), Reason: "receiver fixed"}
+	job, created, err := first.Create(ctx, ask)
+	if err != nil || !created || job.Matched != 230 {
+		t.Fatalf("create: %+v created %v err %v, want 230 matched", job, created, err)
+	}
+	again, created, err := first.Create(ctx, ask)
+	if err != nil || created || again.ID != job.ID {
+		t.Fatalf("same key: %+v created %v err %v, want the same job", again, created, err)
+	}
+	ask.RequestHash = []byte("h2")
+	if _, _, err := first.Create(ctx, ask); !errors.Is(err, commands.ErrRequestMismatch) {
+		t.Fatalf("same key, other request: %v", err)
+	}
+
+	// The first runner is cut off after about two pages, in the middle of one.
+	cut, cancel := context.WithCancel(ctx)
+	go func() {
+		for cut.Err() == nil {
+			if j, err := first.Get(ctx, "acme", job.ID); err == nil && j.Replayed >= 60 {
+				cancel()
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	if worked, _ := first.RunOnce(cut); !worked {
+		t.Fatal("the first runner found no job")
+	}
+	cancel()
+	mid, _ := first.Get(ctx, "acme", job.ID)
+	if mid.State != commands.ReplayJobRunning || mid.Replayed == 0 || mid.Replayed >= 230 {
+		t.Fatalf("after the cut: %+v, want a running job part-way", mid)
+	}
+	// While the lease holds, no one else takes the job.
+	second := commands.NewReplayJobs(store, replay, clock, nil)
+	if worked, err := second.RunOnce(ctx); worked || err != nil {
+		t.Fatalf("a leased job was taken: %v %v", worked, err)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if worked, err := second.RunOnce(ctx); !worked || err != nil {
+		t.Fatalf("second runner: %v %v", worked, err)
+	}
+	done, _ := second.Get(ctx, "acme", job.ID)
+	if done.State != commands.ReplayJobDone || done.Replayed != 230 || done.Skipped != 0 || done.FinishedAt == nil {
+		t.Fatalf("finished job %+v", done)
+	}
+	for _, id := range dead {
+		if n := counting.replays[id].Load(); n != 1 {
+			t.Fatalf("delivery %s replayed %d times", id, n)
+		}
+	}
+	if n := counting.replays[unknown].Load(); n != 0 {
+		t.Fatalf("the unknown delivery was replayed %d times without include_unknown", n)
+	}
+	if _, err := first.Get(ctx, "globex", job.ID); !errors.Is(err, commands.ErrNotFound) {
+		t.Fatalf("another tenant sees the job: %v", err)
+	}
+	events, _ := store.Load(ctx, other)
+	if events[len(events)-1].Type != domain.EventDeadLettered {
+		t.Fatalf("another tenant's delivery was touched")
+	}
+
+	// With include_unknown the unknown one is replayed, and says so; the replayed ones (now
+	// queued) are not dead any more and are not selected.
+	if err := runner.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	uj, _, err := first.Create(ctx, commands.ReplayJob{Tenant: "acme", RequestKey: "bulk-2", RequestHash: []byte("h3"),
+		Reason: "receiver dedupes", IncludeUnknown: true})
+	if err != nil || uj.Matched != 1 {
+		t.Fatalf("job with unknowns: %+v %v", uj, err)
+	}
+	if _, err := first.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events, _ = store.Load(ctx, unknown)
+	var r domain.Replayed
+	_ = json.Unmarshal(events[len(events)-1].Data, &r)
+	if events[len(events)-1].Type != domain.EventReplayed || !r.FromUnknown || r.Reason != "receiver dedupes" ||
+		r.Actor != fmt.Sprintf("replay job %s", uj.ID) {
+		t.Fatalf("unknown's last event %s %+v", events[len(events)-1].Type, r)
+	}
+}

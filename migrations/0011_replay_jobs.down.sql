@@ -1,0 +1,1 @@
+DROP TABLE replay_job_items; DROP TABLE replay_jobs;
