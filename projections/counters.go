@@ -49,16 +49,17 @@ func (CountersProjection) Version() int { return 1 }
 const (
 	// countersContextGet reads, for deliveries the batch continues, the accepted event (for the
 	// channel) and the event before the batch (for the state the delivery leaves).
-	// The state before the batch is the one the latest event that says a state leads to: an
-	// event that only adds evidence (a receipt) keeps it, so it is skipped.
 	countersContextGet = `SELECT e.delivery_id::text, e.version, e.type, coalesce(e.data->>'channel', '')
 FROM unnest($1::uuid[], $2::int[]) AS u(id, before)
-JOIN events e ON e.delivery_id = u.id AND e.version = 1
-UNION ALL
-SELECT u.id::text, l.version, l.type, ''
+JOIN events e ON e.delivery_id = u.id AND (e.version = 1 OR e.version = u.before)`
+
+	// countersStateGet reads, for deliveries whose event before the batch only adds evidence (a
+	// receipt keeps the state it finds), the latest event before it that says a state. It is
+	// rare (receipts), so the common case keeps its one cheap read.
+	countersStateGet = `SELECT u.id::text, l.type
 FROM unnest($1::uuid[], $2::int[]) AS u(id, before)
-CROSS JOIN LATERAL (SELECT e.version, e.type FROM events e
-	WHERE e.delivery_id = u.id AND e.version <= u.before AND e.version > 1 AND e.type <> ALL($3::text[])
+CROSS JOIN LATERAL (SELECT e.type FROM events e
+	WHERE e.delivery_id = u.id AND e.version < u.before AND e.type <> ALL($3::text[])
 	ORDER BY e.version DESC LIMIT 1) l`
 
 	countersAdd = `INSERT INTO %[1]s AS c (tenant, channel, state, deliveries, entered)
@@ -99,14 +100,13 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 		before = append(before, int32(first.Version-1))
 	}
 	if len(ids) > 0 {
-		rows, err := tx.Query(ctx, countersContextGet, ids, before, preservingTypes)
+		rows, err := tx.Query(ctx, countersContextGet, ids, before)
 		if err != nil {
 			return fmt.Errorf("read counters context: %w", err)
 		}
 		type found struct {
 			channel string
-			latest  int // the version of the latest event that says a state
-			typ     domain.EventType
+			types   map[int]domain.EventType
 		}
 		got := map[string]*found{}
 		for rows.Next() {
@@ -118,27 +118,54 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 			}
 			f := got[id]
 			if f == nil {
-				f = &found{}
+				f = &found{types: map[int]domain.EventType{}}
 				got[id] = f
 			}
 			if version == 1 {
 				f.channel = channel
 			}
-			if version > f.latest {
-				f.latest, f.typ = version, domain.EventType(typ)
-			}
+			f.types[version] = domain.EventType(typ)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read counters context: %w", err)
 		}
-		for _, id := range ids {
+		var evidenceIDs []string
+		var evidenceBefore []int32
+		for i, id := range ids {
 			f := got[id]
-			if f == nil || f.channel == "" {
-				return fmt.Errorf("delivery %s: the log does not hold its accepted event", id)
+			if f == nil || f.channel == "" || f.types[int(before[i])] == "" {
+				return fmt.Errorf("delivery %s: the log does not hold its accepted event or version %d", id, before[i])
 			}
-			state, err := StateAfter(f.typ)
+			if domain.Preserving(f.types[int(before[i])]) {
+				evidenceIDs, evidenceBefore = append(evidenceIDs, id), append(evidenceBefore, before[i])
+			}
+		}
+		if len(evidenceIDs) > 0 {
+			rows, err := tx.Query(ctx, countersStateGet, evidenceIDs, evidenceBefore, preservingTypes)
 			if err != nil {
-				return err
+				return fmt.Errorf("read counters context: %w", err)
+			}
+			for rows.Next() {
+				var id, typ string
+				if err := rows.Scan(&id, &typ); err != nil {
+					rows.Close()
+					return fmt.Errorf("read counters context: %w", err)
+				}
+				got[id].types[0] = domain.EventType(typ) // the state the evidence kept
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("read counters context: %w", err)
+			}
+		}
+		for i, id := range ids {
+			f := got[id]
+			typ := f.types[int(before[i])]
+			if domain.Preserving(typ) {
+				typ = f.types[0]
+			}
+			state, err := StateAfter(typ)
+			if err != nil {
+				return fmt.Errorf("delivery %s: %w", id, err)
 			}
 			origins[id] = origin{channel: f.channel, before: state}
 		}
