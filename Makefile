@@ -1,9 +1,10 @@
 # The delivery ledger. `make help` lists the targets.
-GO      ?= go
-BIN     := bin/ledger
-TEST_DB ?= ledger_test
+GO       ?= go
+PROMTOOL ?= promtool
+BIN      := bin/ledger
+TEST_DB  ?= ledger_test
 
-.PHONY: help build run test lint services bench fuzz
+.PHONY: help build run test lint alerts services bench fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,7 +24,12 @@ lint: ## go vet, gofmt, and the rule that domain/ imports only the standard libr
 	@bad=$$($(GO) list -f '{{join .Imports "\n"}}{{"\n"}}{{join .TestImports "\n"}}' ./domain/ | grep -E '^[^/]+\.[^/]+/' | grep -v '^$$' || true); \
 	if [ -n "$$bad" ]; then echo "domain/ imports outside the standard library: $$bad"; exit 1; fi
 
-test: services lint ## the whole test suite against the real PostgreSQL and RabbitMQ, then a short fuzz run
+alerts: ## check deploy/prometheus (rules, config) and run the alerting rules' unit tests
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
+
+test: services lint alerts ## the whole test suite against the real PostgreSQL and RabbitMQ, then a short fuzz run
 	$(GO) test -race -count=1 -timeout 9m ./...
 	scripts/fuzz.sh 30000x
 
