@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL and RabbitMQ are up on this machine (starting them if they are down)
-# and that the given databases exist. Usage: scripts/services.sh [database...]
+# Makes sure PostgreSQL and RabbitMQ are up on this machine (starting them if they are down),
+# that the tools the tests drive are installed (Chromium for the console's browser tests, Prometheus
+# for the alerting checks), and that the given databases exist.
+# Usage: scripts/services.sh [database...]
 set -euo pipefail
 
 PGHOST=${PGHOST:-127.0.0.1}
@@ -50,6 +52,24 @@ if ! port_open 127.0.0.1 5672; then
 	wait_for RabbitMQ 90 port_open 127.0.0.1 5672
 	# The port opens before the broker accepts connections; wait until it answers a ping.
 	wait_for RabbitMQ 60 rabbitmq-diagnostics -q ping
+fi
+
+# Chromium, for the console's browser tests (cmd/internal/app/console_test.go). Only those tests
+# need it, so a machine that cannot install it still gets its databases.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 &&
+	! command -v google-chrome >/dev/null 2>&1; then
+	install_if_missing chromium chromium || say "without Chromium the console's browser tests fail"
+fi
+
+# Prometheus: promtool for `make alerts`, prometheus for the alerting test
+# (cmd/internal/app/prometheus_test.go), which runs its own on a free loopback port. Where systemd
+# runs, the package starts a system Prometheus (:9090) and node exporter (:9100): nothing here
+# uses them, so stop them.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+	install_if_missing promtool prometheus || say "without Prometheus make alerts and the alerting test fail"
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+	fi
 fi
 
 for db in "$@"; do

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,6 +105,9 @@ func problemFor(err error) problem {
 	case errors.Is(err, commands.ErrRequestMismatch):
 		p.Status, p.Field = http.StatusUnprocessableEntity, headerIdempotencyKey
 		p.Detail = "this Idempotency-Key was used with a different request (method, path or body)"
+	case errors.Is(err, context.Canceled):
+		// The caller went away (a console page left mid-request): not the server's failure.
+		p.Status, p.Detail = http.StatusServiceUnavailable, "the request was cancelled"
 	case errors.Is(err, errNotReady):
 		// Fixed text: the cause (a driver's error names users, hosts and ports) is for the log,
 		// not for whoever can reach an unauthenticated endpoint.

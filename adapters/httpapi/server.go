@@ -15,6 +15,12 @@
 //	POST /v1/deliveries/{id}/replay     a dead delivery starts a new attempt cycle → 202
 //	POST /v1/dlq/replay                 replay the dead deliveries of one DLQ page (GET /v1/dlq's filters)
 //	POST /v1/deliveries/{id}/reconcile  resolve an unknown outcome with evidence
+//	POST /v1/replays                    a durable bulk replay of a filter's dead deliveries → 202
+//	GET  /v1/replays/{id}, /v1/replays  a replay job's progress; the latest jobs
+//	POST /v1/receipts/{provider}        a provider's delivery receipt (authenticated by the provider)
+//	GET  /v1/providers                  each provider's channel and circuit state
+//	GET  /console/                      the operators' web console (static; calls this API)
+//	GET  /openapi.yaml                  this API's OpenAPI 3.1 description
 //	GET  /healthz, GET /readyz          liveness, readiness
 //
 // The list answers are {"items":[...],"next_cursor":"...","view":{...}}: next_cursor is absent on
@@ -55,6 +61,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/console"
 )
 
 // readyTimeout bounds a readiness check, so a hung database makes /readyz answer 503 in time for
@@ -147,6 +155,8 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 		// Not in s.routes: the provider chooses the callback's query (see receipt).
 		s.mux.HandleFunc("POST /v1/receipts/{provider}", s.receipt)
 	}
+	// The operators' console: static pages that call this API with the key an operator enters.
+	s.mux.Handle(console.Prefix, console.Handler())
 	s.publicRoute("GET /healthz", s.healthz)
 	s.publicRoute("GET /readyz", s.readyz)
 	return s, nil
