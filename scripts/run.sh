@@ -53,6 +53,9 @@ Then follow it (use a delivery id from the answer):
 
   curl -sS -H 'Authorization: Bearer $key' http://$LEDGER_HTTP_ADDR/v1/deliveries/<id>/events
 
+or open the console at http://$LEDGER_HTTP_ADDR/console/ and sign in with the key $key
+(or: LEDGER_API_KEY=$key bin/ledger deliveries list).
+
 Stop with Ctrl-C.
 
 MSG
