@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -39,15 +40,17 @@ func fuzzServer(f *testing.F) (http.Handler, []string) {
 	return b.handler, ids
 }
 
-// serveRaw parses raw as an HTTP/1.1 request the way the server would and serves it; false when
-// the server would refuse the bytes before routing (net/http answers 400 itself).
-func serveRaw(h http.Handler, raw string) (*httptest.ResponseRecorder, bool) {
+// serveRaw parses raw as an HTTP/1.1 request the way the server would and serves it, checking
+// the answer against docs/openapi.yaml (the request is fuzzed: it may break the description); false
+// when the server would refuse the bytes before routing (net/http answers 400 itself).
+func serveRaw(t *testing.T, h http.Handler, raw string) (*httptest.ResponseRecorder, bool) {
+	t.Helper()
 	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
 	if err != nil {
 		return nil, false
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	openapitest.Wrap(t, h).ServeHTTP(rec, req.WithContext(openapitest.Invalid(req.Context())))
 	return rec, true
 }
 
@@ -93,7 +96,7 @@ func FuzzQueriesAndPaths(f *testing.F) {
 		}
 		raw := r.method + " " + target + " HTTP/1.1\r\nHost: ledger\r\nAuthorization: Bearer " + keyAcme +
 			"\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"
-		if rec, ok := serveRaw(h, raw); ok {
+		if rec, ok := serveRaw(t, h, raw); ok {
 			checkAnswer(t, raw, rec)
 		}
 	})
@@ -126,7 +129,7 @@ func FuzzOperatorBodies(f *testing.F) {
 			header += "Idempotency-Key: " + key + "\r\n"
 		}
 		raw := fmt.Sprintf("POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s", path, header, len(body), body)
-		if rec, ok := serveRaw(h, raw); ok {
+		if rec, ok := serveRaw(t, h, raw); ok {
 			checkAnswer(t, raw, rec)
 		}
 	})

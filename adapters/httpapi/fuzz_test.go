@@ -16,6 +16,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -107,7 +108,7 @@ func FuzzAcceptRequest(f *testing.F) {
 		if fanOut {
 			path = "/v1/notifications"
 		}
-		rec, recorded := fuzzPost(t, path, body)
+		rec, recorded := fuzzPost(t, path, body, true)
 		if rec.Code != http.StatusAccepted {
 			checkRefused(t, fanOut, body, rec, recorded)
 			return
@@ -120,7 +121,7 @@ func FuzzAcceptRequest(f *testing.F) {
 		// Round trip: the request as the server understood it, encoded again, is accepted as
 		// the same request.
 		again := first.encode(t, fanOut)
-		rec, recorded = fuzzPost(t, path, again)
+		rec, recorded = fuzzPost(t, path, again, false)
 		if rec.Code != http.StatusAccepted {
 			t.Fatalf("%s accepted, but its re-encoding %s got %d: %s", body, again, rec.Code, rec.Body)
 		}
@@ -131,8 +132,9 @@ func FuzzAcceptRequest(f *testing.F) {
 }
 
 // fuzzPost sends body to a fresh server as tenant acme and returns the answer and what the
-// accept command recorded, nil if it recorded nothing.
-func fuzzPost(t *testing.T, path, body string) (*httptest.ResponseRecorder, *commands.AcceptRecord) {
+// accept command recorded, nil if it recorded nothing. The answer is checked against
+// docs/openapi.yaml, and so is the request unless it is fuzzed (then it may break the description).
+func fuzzPost(t *testing.T, path, body string, fuzzed bool) (*httptest.ResponseRecorder, *commands.AcceptRecord) {
 	t.Helper()
 	store := &fuzzAcceptStore{}
 	topics := amqp.Topology{Prefix: "fuzz", Channels: []string{"webhook", "sms"}, Tiers: []time.Duration{time.Second}}
@@ -149,8 +151,11 @@ func fuzzPost(t *testing.T, path, body string) (*httptest.ResponseRecorder, *com
 	r.Header.Set("Authorization", "Bearer "+keyAcme)
 	r.Header.Set("Idempotency-Key", "fuzz-1")
 	r.Header.Set("Content-Type", "application/json")
+	if fuzzed {
+		r = r.WithContext(openapitest.Invalid(r.Context()))
+	}
 	w := httptest.NewRecorder()
-	handler.ServeHTTP(w, r)
+	openapitest.Wrap(t, handler).ServeHTTP(w, r)
 	return w, store.recorded
 }
 

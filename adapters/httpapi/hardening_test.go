@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -54,7 +55,7 @@ func TestNULInOperatorTextIs400(t *testing.T) {
 
 func TestInvalidTextInQueriesAndPaths(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setup(t).refusing()
 	b.get(t, "/v1/deliveries?recipient=%ff", keyAcme).expectProblem(t, http.StatusBadRequest, "recipient")
 	b.get(t, "/v1/deliveries?recipient=a%00b", keyAcme).expectProblem(t, http.StatusBadRequest, "recipient")
 	b.get(t, "/v1/dlq?channel=%c3%28", keyAcme).expectProblem(t, http.StatusBadRequest, "channel")
@@ -70,12 +71,14 @@ func TestUUIDSpellingsPostgreSQLRefuses(t *testing.T) {
 	b := setup(t)
 	acc := b.accept(t, "urn-1", "https://example.com/urn")
 	// uuid.Parse takes the URN form, PostgreSQL does not: the id is the delivery's all the same.
+	// The description asks for the canonical form, so these spellings are outside it on purpose.
+	spelt := b.refusing()
 	for _, path := range []string{"/v1/deliveries/urn:uuid:" + acc.ID, "/v1/deliveries/urn:uuid:" + acc.ID + "/events",
 		"/v1/deliveries/{" + acc.ID + "}", "/v1/deliveries/" + strings.ReplaceAll(acc.ID, "-", "")} {
-		b.get(t, path, keyAcme).expect(t, http.StatusOK, nil)
+		spelt.get(t, path, keyAcme).expect(t, http.StatusOK, nil)
 	}
-	b.operatorPost(t, "/v1/deliveries/urn:uuid:"+acc.ID+"/replay", keyAcme, "").expectProblem(t, http.StatusConflict, "state")
-	b.operatorPost(t, "/v1/deliveries/urn:uuid:"+uuid.NewString()+"/reconcile", keyAcme,
+	spelt.operatorPost(t, "/v1/deliveries/urn:uuid:"+acc.ID+"/replay", keyAcme, "").expectProblem(t, http.StatusConflict, "state")
+	spelt.operatorPost(t, "/v1/deliveries/urn:uuid:"+uuid.NewString()+"/reconcile", keyAcme,
 		`{"outcome":"delivered","evidence":"e"}`).expectProblem(t, http.StatusNotFound, "")
 
 	cursor := func(raw string) string { return base64.RawURLEncoding.EncodeToString([]byte(raw)) }
@@ -99,8 +102,8 @@ func TestUnknownQueryParametersAre400(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	acc := b.accept(t, "params-1", "https://example.com/params")
-	b.get(t, "/v1/deliveries/"+acc.ID+"/events?verbose=1", keyAcme).expectProblem(t, http.StatusBadRequest, "verbose")
-	r := b.do(t, req{method: http.MethodPost, path: "/v1/deliveries?dry_run=true", apiKey: keyAcme, idemKey: "params-2",
+	b.refusing().get(t, "/v1/deliveries/"+acc.ID+"/events?verbose=1", keyAcme).expectProblem(t, http.StatusBadRequest, "verbose")
+	r := b.refusing().do(t, req{method: http.MethodPost, path: "/v1/deliveries?dry_run=true", apiKey: keyAcme, idemKey: "params-2",
 		contentType: "application/json", body: deliveryBody("https://example.com/dry")})
 	r.expectProblem(t, http.StatusBadRequest, "dry_run")
 	if n := b.count(t, `SELECT count(*) FROM events WHERE idempotency_key LIKE '%/accepted' AND data->>'idempotency_key' = 'params-2'`); n != 0 {
@@ -117,7 +120,7 @@ func TestTwoAuthorizationHeadersAre400(t *testing.T) {
 	}
 	hr.Header.Add("Authorization", "Bearer "+keyAcme)
 	hr.Header.Add("Authorization", "Bearer "+keyGlobex)
-	res, err := http.DefaultClient.Do(hr)
+	res, err := b.client.Do(hr.WithContext(openapitest.Invalid(hr.Context())))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,10 +39,11 @@ func TestReplayDelivery(t *testing.T) {
 	path := "/v1/deliveries/" + dead + "/replay"
 
 	b.operatorPost(t, path, keyGlobex, "").expectProblem(t, http.StatusNotFound, "")
-	b.operatorPost(t, "/v1/deliveries/not-a-uuid/replay", keyAcme, "").expectProblem(t, http.StatusNotFound, "")
-	b.operatorPost(t, path, keyAcme, `{"reason":"x","force":true}`).expectProblem(t, http.StatusBadRequest, "force")
-	b.operatorPost(t, path, keyAcme, `{"reason":"`+strings.Repeat("r", 501)+`"}`).expectProblem(t, http.StatusBadRequest, "reason")
-	b.do(t, req{method: http.MethodPost, path: path, apiKey: keyAcme, contentType: "text/plain", body: "x"}).
+	bad := b.refusing()
+	bad.operatorPost(t, "/v1/deliveries/not-a-uuid/replay", keyAcme, "").expectProblem(t, http.StatusNotFound, "")
+	bad.operatorPost(t, path, keyAcme, `{"reason":"x","force":true}`).expectProblem(t, http.StatusBadRequest, "force")
+	bad.operatorPost(t, path, keyAcme, `{"reason":"`+strings.Repeat("r", 501)+`"}`).expectProblem(t, http.StatusBadRequest, "reason")
+	bad.do(t, req{method: http.MethodPost, path: path, apiKey: keyAcme, contentType: "text/plain", body: "x"}).
 		expectProblem(t, http.StatusUnsupportedMediaType, "Content-Type")
 
 	var st deliveryStatus
@@ -75,11 +76,12 @@ func TestReconcileDelivery(t *testing.T) {
 	unknown := b.story(t, "acme", "webhook", "https://example.com/a", time.Now(), domain.OutcomeUnknown)
 	path := "/v1/deliveries/" + unknown + "/reconcile"
 
-	b.operatorPost(t, path, keyAcme, "").expectProblem(t, http.StatusBadRequest, "")
-	b.operatorPost(t, path, keyAcme, `{"evidence":"x"}`).expectProblem(t, http.StatusBadRequest, "outcome")
-	b.operatorPost(t, path, keyAcme, `{"outcome":"sent","evidence":"x"}`).expectProblem(t, http.StatusBadRequest, "outcome")
-	b.operatorPost(t, path, keyAcme, `{"outcome":"delivered"}`).expectProblem(t, http.StatusBadRequest, "evidence")
-	b.operatorPost(t, path, keyAcme, `{"outcome":"delivered","evidence":"x","status_code":42}`).expectProblem(t, http.StatusBadRequest, "status_code")
+	bad := b.refusing()
+	bad.operatorPost(t, path, keyAcme, "").expectProblem(t, http.StatusBadRequest, "")
+	bad.operatorPost(t, path, keyAcme, `{"evidence":"x"}`).expectProblem(t, http.StatusBadRequest, "outcome")
+	bad.operatorPost(t, path, keyAcme, `{"outcome":"sent","evidence":"x"}`).expectProblem(t, http.StatusBadRequest, "outcome")
+	bad.operatorPost(t, path, keyAcme, `{"outcome":"delivered"}`).expectProblem(t, http.StatusBadRequest, "evidence")
+	bad.operatorPost(t, path, keyAcme, `{"outcome":"delivered","evidence":"x","status_code":42}`).expectProblem(t, http.StatusBadRequest, "status_code")
 	b.operatorPost(t, path, keyGlobex, `{"outcome":"delivered","evidence":"x"}`).expectProblem(t, http.StatusNotFound, "")
 
 	var st deliveryStatus
@@ -122,8 +124,8 @@ func TestReplayDLQPageByPage(t *testing.T) {
 	other := b.story(t, "globex", "webhook", "https://example.com/d", at, domain.OutcomePermanent)
 	b.project(t)
 
-	b.operatorPost(t, "/v1/dlq/replay?state=unknown", keyAcme, "").expectProblem(t, http.StatusBadRequest, "state")
-	b.operatorPost(t, "/v1/dlq/replay?limit=0", keyAcme, "").expectProblem(t, http.StatusBadRequest, "limit")
+	b.refusing().operatorPost(t, "/v1/dlq/replay?state=unknown", keyAcme, "").expectProblem(t, http.StatusBadRequest, "state")
+	b.refusing().operatorPost(t, "/v1/dlq/replay?limit=0", keyAcme, "").expectProblem(t, http.StatusBadRequest, "limit")
 
 	type answer struct {
 		Replayed []string `json:"replayed"`

@@ -179,7 +179,7 @@ func TestDeliveryNotFound(t *testing.T) {
 		"/v1/deliveries/not-a-uuid/events",
 		"/v1/deliveries/%27%3B--",
 	} {
-		b.get(t, path, keyAcme).expectProblem(t, http.StatusNotFound, "")
+		b.refusing().get(t, path, keyAcme).expectProblem(t, http.StatusNotFound, "")
 	}
 	// The owner still sees it.
 	b.get(t, "/v1/deliveries/"+acc.ID, keyAcme).expect(t, http.StatusOK, nil)

@@ -157,6 +157,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	}
 	// The operators' console: static pages that call this API with the key an operator enters.
 	s.mux.Handle(console.Prefix, console.Handler())
+	s.publicRoute("GET /openapi.yaml", OpenAPIHandler().ServeHTTP)
 	s.publicRoute("GET /healthz", s.healthz)
 	s.publicRoute("GET /readyz", s.readyz)
 	return s, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
@@ -47,7 +48,7 @@ func TestAuthentication(t *testing.T) {
 				}
 				hr.Header.Set("Idempotency-Key", "auth-1")
 				hr.Header.Set("Content-Type", "application/json")
-				res, err := http.DefaultClient.Do(hr)
+				res, err := b.client.Do(hr.WithContext(openapitest.Invalid(hr.Context())))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -70,11 +71,11 @@ func TestAuthentication(t *testing.T) {
 		t.Fatalf("%d events written by unauthenticated requests", n)
 	}
 	// The scheme is case-insensitive (RFC 9110 section 11.1).
-	r := b.do(t, req{method: http.MethodGet, path: "/v1/deliveries/" + uuid.NewString()})
+	r := b.refusing().do(t, req{method: http.MethodGet, path: "/v1/deliveries/" + uuid.NewString()})
 	r.expectProblem(t, http.StatusUnauthorized, "Authorization")
 	hr, _ := http.NewRequest(http.MethodGet, b.url+"/v1/deliveries/"+uuid.NewString(), nil)
 	hr.Header.Set("Authorization", "bearer "+keyAcme)
-	res, err := http.DefaultClient.Do(hr)
+	res, err := b.client.Do(hr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/adapters/webhook"
@@ -47,7 +48,14 @@ type bundle struct {
 	schema *pgtest.Schema
 	store  *postgres.EventStore
 	url    string
-	// handler is the API itself, for tests that call it without a socket (the fuzz targets).
+	// client sends the requests of do and send, and checks each request and answer against
+	// docs/openapi.yaml (openapitest.Transport, reporting to the test that called setup). Use it
+	// for any request to url.
+	client *http.Client
+	// invalid marks every request sent as breaking the description on purpose (see refusing).
+	invalid bool
+	// handler is the API itself, for tests that call it without a socket (the fuzz targets);
+	// wrap it with openapitest.Wrap in the test that calls it.
 	handler http.Handler
 }
 
@@ -85,7 +93,16 @@ func setup(t testing.TB, opts ...option) *bundle {
 	}
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close) // runs before the schema is dropped: cleanups run last-in first-out
-	return &bundle{schema: schema, store: store, url: srv.URL, handler: handler}
+	return &bundle{schema: schema, store: store, url: srv.URL, client: openapitest.Client(t), handler: handler}
+}
+
+// refusing is b for requests that break docs/openapi.yaml on purpose, to see how the API refuses
+// them (a missing header, a malformed body, an unknown parameter): their answers are still
+// checked against the description, the requests are not (openapitest.Invalid).
+func (b *bundle) refusing() *bundle {
+	c := *b
+	c.invalid = true
+	return &c
 }
 
 // req is one HTTP request of a test. Zero fields are left out of the request.
@@ -120,6 +137,9 @@ func (b *bundle) doCtx(ctx context.Context, t *testing.T, rq req) resp {
 
 // send performs rq; it does not touch t, so goroutines may call it.
 func (b *bundle) send(ctx context.Context, rq req) (resp, error) {
+	if b.invalid {
+		ctx = openapitest.Invalid(ctx)
+	}
 	var body io.Reader
 	if rq.body != "" {
 		body = strings.NewReader(rq.body)
@@ -137,7 +157,7 @@ func (b *bundle) send(ctx context.Context, rq req) (resp, error) {
 	if rq.contentType != "" {
 		hr.Header.Set("Content-Type", rq.contentType)
 	}
-	res, err := http.DefaultClient.Do(hr)
+	res, err := b.client.Do(hr)
 	if err != nil {
 		return resp{}, err
 	}

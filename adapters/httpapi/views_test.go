@@ -116,8 +116,12 @@ func (b *bundle) story(t testing.TB, tenant, channel, recipient string, at time.
 	step(d.Queue(now))
 	if outcome != "" {
 		step(d.StartAttempt("webhook", now))
-		step(d.RecordOutcome(1, domain.Outcome{Kind: outcome, Provider: "webhook", StatusCode: 500, Err: "boom"},
-			domain.DefaultRetryPolicy(), now, 0))
+		// As the senders write it: a delivery is a 2xx without an error, anything else an error.
+		o := domain.Outcome{Kind: outcome, Provider: "webhook", StatusCode: 500, Err: "boom"}
+		if outcome == domain.OutcomeDelivered {
+			o.StatusCode, o.Err = 200, ""
+		}
+		step(d.RecordOutcome(1, o, domain.DefaultRetryPolicy(), now, 0))
 	}
 	if err := b.store.Append(context.Background(), events, nil); err != nil {
 		t.Fatal(err)
@@ -243,7 +247,7 @@ func TestListEndpointsRefuseBadFilters(t *testing.T) {
 		{"/v1/deliveries/" + uuid.NewString() + "?as_of=noon", "as_of"},
 		{"/v1/deliveries/" + uuid.NewString() + "?asof=2026-01-01T00:00:00Z", "asof"},
 	} {
-		b.get(t, c.path, keyAcme).expectProblem(t, http.StatusBadRequest, c.field)
+		b.refusing().get(t, c.path, keyAcme).expectProblem(t, http.StatusBadRequest, c.field)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -34,8 +35,18 @@ type e2eBundle struct {
 	sink   *sink
 	base   string
 	key    string
+	// invalid marks the requests of do as breaking docs/openapi.yaml on purpose (see refusing).
+	invalid bool
 	// stop stops the app as SIGTERM would and waits for it (idempotent).
 	stop func()
+}
+
+// refusing is b for requests that break docs/openapi.yaml on purpose, to see how the API refuses
+// them: their answers are still checked against the description, the requests are not.
+func (b *e2eBundle) refusing() *e2eBundle {
+	c := *b
+	c.invalid = true
+	return &c
 }
 
 // sink is a local webhook receiver whose answers a test scripts.
@@ -203,6 +214,8 @@ func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...Option
 	return b
 }
 
+// do sends a request to the API with the bundle's key; the request and the answer are checked
+// against docs/openapi.yaml (openapitest), the request unless the bundle is refusing.
 func (b *e2eBundle) do(t *testing.T, method, path, idemKey string, body any) (*http.Response, []byte) {
 	t.Helper()
 	var rd io.Reader
@@ -213,7 +226,11 @@ func (b *e2eBundle) do(t *testing.T, method, path, idemKey string, body any) (*h
 		}
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequest(method, b.base+path, rd)
+	ctx := context.Background()
+	if b.invalid {
+		ctx = openapitest.Invalid(ctx)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.base+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +239,7 @@ func (b *e2eBundle) do(t *testing.T, method, path, idemKey string, body any) (*h
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := openapitest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func TestReplayJobThroughTheAPI(t *testing.T) {
 		{"b-5", map[string]any{"reason": "r", "colour": "red"}, `"field":"colour"`},
 		{"", map[string]any{"reason": "r"}, `"field":"Idempotency-Key"`},
 	} {
-		resp, raw := b.do(t, "POST", "/v1/replays", bad.key, bad.body)
+		resp, raw := b.refusing().do(t, "POST", "/v1/replays", bad.key, bad.body)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), bad.want) {
 			t.Errorf("%v: %d %s, want 400 with %s", bad.body, resp.StatusCode, raw, bad.want)
 		}

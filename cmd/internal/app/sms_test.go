@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/adapters/twilio"
 	"github.com/deliveryledger/ledger/adapters/twilio/twiliofake"
 	"github.com/deliveryledger/ledger/adapters/vonage/vonagefake"
@@ -211,7 +212,7 @@ func (b *smsBundle) postForm(t *testing.T, path string, form url.Values, signatu
 	if signature != "" {
 		req.Header.Set(twilio.SignatureHeader, signature)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := openapitest.Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestVonageOutcomes(t *testing.T) {
 		t.Fatalf("invalid number: %+v", dead)
 	}
 	// A receipt whose URL lacks the token is refused.
-	resp, err := http.Post(b.base+"/v1/receipts/vonage", "application/x-www-form-urlencoded", strings.NewReader("messageId=x&status=delivered"))
+	resp, err := openapitest.Client(t).Post(b.base+"/v1/receipts/vonage", "application/x-www-form-urlencoded", strings.NewReader("messageId=x&status=delivered"))
 	if err != nil {
 		t.Fatal(err)
 	}
