@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // Recipient is one (channel, address) pair of a notification.
@@ -155,11 +156,12 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 			Priority:       priority,
 			MaxAttempts:    maxAttempts,
 			RequestKey:     cmd.RequestKey,
+			Trace:          tracing.Traceparent(ctx),
 		}, now)
 		if err != nil {
 			return AcceptResult{}, err
 		}
-		msg, err := workMessageFor(d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
+		msg, err := workMessageFor(ctx, d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
 			domain.KeyAccepted(d.ID()), true)
 		if err != nil {
 			return AcceptResult{}, err

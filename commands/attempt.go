@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // Attempt is one work message as the transport hands it over: the attempt it carries, and what
@@ -181,13 +185,20 @@ func NewAttemptHandler(cfg AttemptConfig) (*AttemptHandler, error) {
 	}, nil
 }
 
-// Handle runs one attempt and says what to do with its message.
+// Handle runs one attempt and says what to do with its message. Traced, the attempt is a span
+// ("attempt <channel>") of the delivery's trace, with a span per provider call under it.
 func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	msg := a.Message
-	log := h.logger.With("channel", msg.Channel, "delivery", msg.DeliveryID, "attempt", msg.Attempt)
+	span := tracing.NoSpan
+	if tracing.Enabled() {
+		ctx, span = tracing.Start(ctx, "attempt "+msg.Channel, trace.WithAttributes(tracing.DeliveryID.String(msg.DeliveryID),
+			tracing.Channel.String(msg.Channel), tracing.Attempt.Int(msg.Attempt)))
+	}
+	defer span.End()
+	log := h.logger.With("channel", msg.Channel, "delivery_id", msg.DeliveryID, "attempt", msg.Attempt)
 	ch, ok := h.channels.Lookup(msg.Channel)
 	if !ok {
-		log.Error("work message for a channel this ledger does not serve, dead-lettering", "channel", msg.Channel)
+		log.ErrorContext(ctx, "work message for a channel this ledger does not serve, dead-lettering", "channel", msg.Channel)
 		return Reject
 	}
 	// A delay longer than the largest tier arrives early: send it round the tiers again.
@@ -197,7 +208,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 			return h.reroute.Handle(ctx, Reroute{Message: msg, MessageID: hop})
 		})
 		if err != nil {
-			log.Error("cannot reroute early message, requeueing", "err", err)
+			log.ErrorContext(ctx, "cannot reroute early message, requeueing", "err", err)
 			return Requeue
 		}
 		return Ack
@@ -236,18 +247,18 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	})
 	if err != nil && !retryable(err) {
 		// No stream, or a history the message does not fit: retrying cannot help.
-		log.Error("message does not fit the ledger, dead-lettering", "err", err)
+		log.ErrorContext(ctx, "message does not fit the ledger, dead-lettering", "err", err)
 		return Reject
 	}
 	if err != nil {
-		log.Error("cannot record attempt start, requeueing", "err", err)
+		log.ErrorContext(ctx, "cannot record attempt start, requeueing", "err", err)
 		return Requeue
 	}
 	if started == StartNotNow {
 		return Requeue // nothing was recorded; the limit may have room next time
 	}
 	if started != StartProceed {
-		log.Debug("attempt not started", "decision", started)
+		log.DebugContext(ctx, "attempt not started", "decision", started)
 		return Ack
 	}
 
@@ -274,7 +285,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 			return err
 		})
 		if err != nil {
-			log.Warn("cannot record failover; the attempt keeps its outcome", "from", from, "to", c.sender().Provider(), "err", err)
+			log.WarnContext(ctx, "cannot record failover; the attempt keeps its outcome", "from", from, "to", c.sender().Provider(), "err", err)
 			c.release(BreakerIgnore)
 			break
 		}
@@ -284,18 +295,31 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	var state domain.State
 	// The outcome is known only here: keep trying to record it rather than requeue, because a
 	// redelivered message would find the attempt started and could only record "unknown".
-	err = h.untilStored(ctx, 0, func() error {
+	rctx, rspan := ctx, tracing.NoSpan
+	if tracing.Enabled() {
+		rctx, rspan = tracing.Start(ctx, "record outcome", trace.WithAttributes(tracing.OutcomeKind.String(string(outcome.Kind))))
+	}
+	err = h.untilStored(rctx, 0, func() error {
 		var err error
-		state, err = h.record.Handle(ctx, RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome, Known: known})
+		state, err = h.record.Handle(rctx, RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome, Known: known})
 		known = nil // a retry after a failed write reads the stream again
 		return err
 	})
+	tracing.Fail(rspan, err)
+	rspan.End()
 	if err != nil {
-		log.Error("cannot record outcome, requeueing", "outcome", outcome.Kind, "err", err)
+		log.ErrorContext(ctx, "cannot record outcome, requeueing", "outcome", outcome.Kind, "err", err)
 		return Requeue
 	}
 	h.observe(msg, outcome, state)
-	log.Debug("attempt recorded", "outcome", outcome.Kind, "state", state, "provider", outcome.Provider)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Provider.String(outcome.Provider), tracing.OutcomeKind.String(string(outcome.Kind)),
+			tracing.StateAfter.String(string(state)))
+		if outcome.Class != "" {
+			span.SetAttributes(tracing.ErrorClass.String(string(outcome.Class)))
+		}
+	}
+	log.DebugContext(ctx, "attempt recorded", "outcome", outcome.Kind, "state", state, "provider", outcome.Provider)
 	return Ack
 }
 
@@ -352,13 +376,31 @@ func (c *call) next(from int) (wait time.Duration, reason string, ok bool) {
 	return wait, reason, false
 }
 
-// send calls the current provider and reports the outcome to its breaker.
+// send calls the current provider and reports the outcome to its breaker. Traced, the call is a
+// span ("call <provider>") with the provider adapter's own spans under it (HTTP, SMTP).
 func (c *call) send(ctx context.Context) domain.Outcome {
 	sender := c.sender()
+	span := tracing.NoSpan
+	if tracing.Enabled() {
+		ctx, span = tracing.Start(ctx, "call "+sender.Provider(), trace.WithAttributes(tracing.Provider.String(sender.Provider())))
+	}
 	outcome := c.h.call(ctx, sender, c.msg)
 	if outcome.Provider == "" {
 		outcome.Provider = sender.Provider()
 	}
+	if span.IsRecording() {
+		span.SetAttributes(tracing.OutcomeKind.String(string(outcome.Kind)))
+		if outcome.StatusCode != 0 {
+			span.SetAttributes(attribute.Int("http.response.status_code", outcome.StatusCode))
+		}
+		if outcome.Class != "" {
+			span.SetAttributes(tracing.ErrorClass.String(string(outcome.Class)))
+		}
+		if outcome.Kind != domain.OutcomeDelivered && outcome.Kind != domain.OutcomeAccepted {
+			span.SetStatus(codes.Error, outcome.Err)
+		}
+	}
+	span.End()
 	c.h.metrics.Attempt(c.msg.Channel, outcome.Provider, string(outcome.Kind), outcome.Latency)
 	result := BreakerSuccess
 	if outcome.ProviderFault {
@@ -401,7 +443,7 @@ func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, msg
 		return err
 	})
 	if err != nil {
-		log.Error("cannot record deferral, requeueing", "err", err)
+		log.ErrorContext(ctx, "cannot record deferral, requeueing", "err", err)
 		return Requeue, false
 	}
 	if deferred {
@@ -435,7 +477,7 @@ func (h *AttemptHandler) call(ctx context.Context, sender Sender, msg WorkMessag
 	defer h.metrics.InFlight(sender.Provider(), -1)
 	defer func() {
 		if r := recover(); r != nil {
-			h.logger.Error("adapter panicked", "delivery", msg.DeliveryID, "panic", r, "stack", string(debug.Stack()))
+			h.logger.ErrorContext(ctx, "adapter panicked", "delivery_id", msg.DeliveryID, "panic", r, "stack", string(debug.Stack()))
 			outcome = domain.Outcome{
 				Kind:     domain.OutcomePermanent,
 				Class:    domain.ClassPanic,
@@ -457,7 +499,7 @@ func (h *AttemptHandler) untilStored(ctx context.Context, tries int, fn func() e
 		if err == nil || !retryable(err) || (tries > 0 && i >= tries) {
 			return err
 		}
-		h.logger.Warn("ledger write failed, retrying", "err", err, "in", pause)
+		h.logger.WarnContext(ctx, "ledger write failed, retrying", "err", err, "in", pause)
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())

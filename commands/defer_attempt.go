@@ -55,7 +55,7 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 		if err != nil {
 			return decision{}, err
 		}
-		msg, err := workMessageFor(d, topic, attempt, until, held[0].Key, false)
+		msg, err := workMessageFor(ctx, d, topic, attempt, until, held[0].Key, false)
 		if err != nil {
 			return decision{}, err
 		}

@@ -212,7 +212,7 @@ func (h *RecordReceiptHandler) record(ctx context.Context, id string, cmd Record
 		if d.State() == *before {
 			return decision{events: events}, nil // evidence: no message follows it
 		}
-		outbox, err := followUp(h.topics, d, events[len(events)-1].Key, now)
+		outbox, err := followUp(ctx, h.topics, d, events[len(events)-1].Key, now)
 		return decision{events: events, outbox: outbox}, err
 	})
 }

@@ -45,7 +45,7 @@ func (h *ReconcileHandler) Handle(ctx context.Context, cmd Reconcile) (*domain.D
 		if err != nil {
 			return decision{}, err
 		}
-		outbox, err := followUp(h.topics, d, resolved[0].Key, now)
+		outbox, err := followUp(ctx, h.topics, d, resolved[0].Key, now)
 		if err != nil {
 			return decision{}, err
 		}

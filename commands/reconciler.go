@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DueCheck is a delivery the reconciler should look at now: an attempt a provider accepted that
@@ -161,7 +163,7 @@ func (r *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		if err != nil {
 			res.Failed++
 			wait := r.failed(c.DeliveryID, now)
-			r.cfg.Logger.Warn("reconciler cannot look at delivery", "delivery", c.DeliveryID, "provider", c.Provider,
+			r.cfg.Logger.Warn("reconciler cannot look at delivery", "delivery_id", c.DeliveryID, "provider", c.Provider,
 				"err", err, "next_try_in", wait)
 			continue
 		}
@@ -256,8 +258,16 @@ func (r *Reconciler) look(ctx context.Context, c DueCheck) (string, error) {
 	} else {
 		q.OperationID = d.LastResult().ProviderOperationID
 	}
+	// The lookup is a span of the delivery's trace, and so is what it records.
+	span := tracing.NoSpan
+	if tracing.Enabled() {
+		ctx, span = tracing.Start(tracing.WithParent(ctx, d.Trace()), "lookup "+provider, trace.WithAttributes(
+			tracing.DeliveryID.String(d.ID()), tracing.Provider.String(provider)))
+	}
+	defer span.End()
 	receipt, err := lp.Lookup.Lookup(ctx, q)
 	if err != nil {
+		tracing.Fail(span, err)
 		return "", fmt.Errorf("lookup at %s: %w", provider, err)
 	}
 	receipt.Provider, receipt.DeliveryID = provider, d.ID()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // RecordOutcome closes an attempt with the adapter's typed outcome.
@@ -49,14 +50,15 @@ func lateOutcome(d *domain.Delivery, cmd RecordOutcome) bool {
 
 // followUp is the message that must travel with the events just recorded: the delayed next
 // attempt of a retrying delivery, or the dead letter of a dead one.
-func followUp(topics Topics, d *domain.Delivery, eventKey string, now time.Time) ([]OutboxMessage, error) {
+func followUp(ctx context.Context, topics Topics, d *domain.Delivery, eventKey string, now time.Time) ([]OutboxMessage, error) {
 	var msg OutboxMessage
 	var err error
+	ctx = tracing.Continue(ctx, d.Trace())
 	switch due := d.NextAttemptAt(); {
 	case d.State() == domain.StateRetrying && due != nil:
-		msg, err = workMessageFor(d, topics.Retry(d.Channel(), due.Sub(now)), d.Attempt()+1, *due, eventKey, false)
+		msg, err = workMessageFor(ctx, d, topics.Retry(d.Channel(), due.Sub(now)), d.Attempt()+1, *due, eventKey, false)
 	case d.State() == domain.StateDead:
-		msg, err = deadLetterFor(d, topics.Dead(d.Channel()), eventKey, now)
+		msg, err = deadLetterFor(ctx, d, topics.Dead(d.Channel()), eventKey, now)
 	default:
 		return nil, nil
 	}
@@ -84,7 +86,7 @@ func (h *RecordOutcomeHandler) Handle(ctx context.Context, cmd RecordOutcome) (d
 		if err != nil {
 			return decision{}, err
 		}
-		outbox, err := followUp(h.topics, d, closed[0].Key, now)
+		outbox, err := followUp(ctx, h.topics, d, closed[0].Key, now)
 		return decision{events: closed, outbox: outbox}, err
 	})
 	if err != nil {

@@ -173,7 +173,7 @@ func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
 			}
 			d, err := domain.Rehydrate(stream)
 			if err != nil {
-				r.logger.Error("cannot fold delivery", "delivery", m.DeliveryID, "err", err)
+				r.logger.Error("cannot fold delivery", "delivery_id", m.DeliveryID, "err", err)
 				continue
 			}
 			if !awaitsQueue(d, m.Attempt) {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // RedriveHandler sends the work message of a delivery again when the ledger says it waits for
@@ -65,7 +66,8 @@ func (h *RedriveHandler) Handle(ctx context.Context, deliveryID string, olderTha
 		return false, nil
 	}
 	key := fmt.Sprintf("%s/redrive/%d/%s", deliveryID, attempt, strconv.FormatInt(now.UnixNano(), 36))
-	msg, err := workMessageFor(d, h.topics.Work(d.Channel(), d.Priority()), attempt, now, key, markQueued)
+	// The redriven message continues the delivery's trace.
+	msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, h.topics.Work(d.Channel(), d.Priority()), attempt, now, key, markQueued)
 	if err != nil {
 		return false, err
 	}
@@ -143,7 +145,7 @@ func (r *Redriver) Round(ctx context.Context, now time.Time) int {
 		}
 		ok, err := r.handler.Handle(ctx, id, olderThan)
 		if err != nil {
-			r.logger.Warn("redrive failed", "delivery", id, "err", err)
+			r.logger.Warn("redrive failed", "delivery_id", id, "err", err)
 			continue
 		}
 		if ok {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // Replay asks for a new attempt cycle of a dead delivery.
@@ -75,9 +76,13 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 		}
 		// The replayed event is the queued transition of the new cycle's first attempt: the
 		// relay must not record another one for it.
-		msg, err := workMessageFor(d, h.topics.Work(d.Channel(), d.Priority()), d.Attempt(), now, replayed[0].Key, false)
+		// Its message continues the delivery's trace, and links to the operator's request.
+		msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, h.topics.Work(d.Channel(), d.Priority()), d.Attempt(), now, replayed[0].Key, false)
 		if err != nil {
 			return decision{}, err
+		}
+		if link := tracing.Traceparent(ctx); link != "" && d.Trace() != "" {
+			msg.Metadata[tracing.MetaLink] = link
 		}
 		dec := decision{events: replayed, outbox: []OutboxMessage{msg}}
 		if cmd.RequestKey != "" {

@@ -123,7 +123,7 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 			answer = StartRecordedUnknown
 			var outbox []OutboxMessage
 			if h.topics != nil {
-				if outbox, err = followUp(h.topics, d, unknown[0].Key, now); err != nil {
+				if outbox, err = followUp(ctx, h.topics, d, unknown[0].Key, now); err != nil {
 					return decision{}, err
 				}
 			}

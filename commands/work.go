@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // WorkMessage is the body of a broker message: a snapshot of everything one attempt needs, so
@@ -71,8 +73,9 @@ func snapshot(d *domain.Delivery, attempt int, dueAt time.Time) WorkMessage {
 	}
 }
 
-// workMessageFor builds the outbox message that carries the next attempt of d.
-func workMessageFor(d *domain.Delivery, topic string, attempt int, dueAt time.Time, eventKey string, markQueued bool) (OutboxMessage, error) {
+// workMessageFor builds the outbox message that carries the next attempt of d, with ctx's trace
+// context in its metadata (the relay's publish continues it).
+func workMessageFor(ctx context.Context, d *domain.Delivery, topic string, attempt int, dueAt time.Time, eventKey string, markQueued bool) (OutboxMessage, error) {
 	body, err := encodeWork(snapshot(d, attempt, dueAt))
 	if err != nil {
 		return OutboxMessage{}, err
@@ -81,6 +84,7 @@ func workMessageFor(d *domain.Delivery, topic string, attempt int, dueAt time.Ti
 	if markQueued {
 		meta[MetaMarkQueued] = "true"
 	}
+	tracing.Inject(ctx, meta)
 	return OutboxMessage{
 		ID:           uuid.NewSHA1(messageNamespace, []byte(eventKey)).String(),
 		Topic:        topic,
@@ -91,7 +95,7 @@ func workMessageFor(d *domain.Delivery, topic string, attempt int, dueAt time.Ti
 }
 
 // deadLetterFor builds the dead queue message of a delivery that just died.
-func deadLetterFor(d *domain.Delivery, topic, eventKey string, now time.Time) (OutboxMessage, error) {
+func deadLetterFor(ctx context.Context, d *domain.Delivery, topic, eventKey string, now time.Time) (OutboxMessage, error) {
 	dl := DeadLetter{WorkMessage: snapshot(d, d.Attempt(), now), State: d.State(), Attempts: d.AttemptsInCycle(), DeadAt: now}
 	if r := d.LastResult(); r != nil {
 		dl.Class, dl.Error = r.Class, r.Error
@@ -100,12 +104,14 @@ func deadLetterFor(d *domain.Delivery, topic, eventKey string, now time.Time) (O
 	if err != nil {
 		return OutboxMessage{}, fmt.Errorf("encode dead letter for %s: %w", d.ID(), err)
 	}
+	meta := map[string]string{MetaPriority: string(d.Priority())}
+	tracing.Inject(ctx, meta)
 	return OutboxMessage{
 		ID:           uuid.NewSHA1(messageNamespace, []byte(eventKey)).String(),
 		Topic:        topic,
 		PartitionKey: d.ID(),
 		Payload:      body,
-		Metadata:     map[string]string{MetaPriority: string(d.Priority())},
+		Metadata:     meta,
 	}, nil
 }
 

@@ -27,6 +27,9 @@ type AcceptSpec struct {
 	Priority       Priority
 	MaxAttempts    int
 	RequestKey     string
+	// Trace is the W3C traceparent of the request that accepted it, when that request was
+	// traced: later attempts and replays continue its trace.
+	Trace string
 }
 
 // Delivery is the aggregate: one notification to one recipient over one channel. Its fields
@@ -41,6 +44,7 @@ type Delivery struct {
 	priority       Priority
 	maxAttempts    int
 	requestKey     string
+	trace          string
 
 	state   State
 	version int
@@ -105,6 +109,7 @@ func Accept(spec AcceptSpec, now time.Time) (*Delivery, []Event, error) {
 		Priority:       spec.Priority,
 		MaxAttempts:    spec.MaxAttempts,
 		RequestKey:     spec.RequestKey,
+		Trace:          spec.Trace,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -196,6 +201,7 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.priority = v.Priority
 		d.maxAttempts = v.MaxAttempts
 		d.requestKey = v.RequestKey
+		d.trace = v.Trace
 		d.cycleStart = 1
 		d.acceptedAt = e.RecordedAt
 	case *Queued:
@@ -607,6 +613,10 @@ func (d *Delivery) MaxAttempts() int { return d.maxAttempts }
 
 // RequestKey returns the caller's Idempotency-Key of the accept request.
 func (d *Delivery) RequestKey() string { return d.requestKey }
+
+// Trace returns the W3C traceparent of the request that accepted the delivery ("" when it was
+// not traced).
+func (d *Delivery) Trace() string { return d.trace }
 
 // State returns the current state.
 func (d *Delivery) State() State { return d.state }

@@ -53,6 +53,8 @@ type Accepted struct {
 	MaxAttempts   int             `json:"max_attempts"`
 	// RequestKey is the caller's Idempotency-Key, for audit lookups.
 	RequestKey string `json:"idempotency_key"`
+	// Trace is the W3C traceparent of the accept request's span, when it was traced.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Queued is the data of EventQueued.

@@ -10,8 +10,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // Delivery is one consumed message as a handler sees it.
@@ -183,7 +187,11 @@ func (c *Consumer) handle(ctx context.Context, d amqp091.Delivery) {
 	msg, err := c.marshaler.Unmarshal(d)
 	verdict := commands.Reject
 	if err == nil {
+		var span trace.Span
+		ctx, span = c.processSpan(ctx, msg, d.Redelivered)
 		verdict = c.handler(ctx, Delivery{Message: msg, Redelivered: d.Redelivered, Queue: c.cfg.Queue})
+		span.SetAttributes(verdictKey.String(verdict.String()))
+		span.End()
 	} else {
 		c.cfg.Logger.Error("undecodable message, dead-lettering", "queue", c.cfg.Queue, "err", err)
 	}
@@ -199,6 +207,26 @@ func (c *Consumer) handle(ctx context.Context, d amqp091.Delivery) {
 		// The channel is gone; the broker redelivers the message to the next consumer.
 		c.cfg.Logger.Warn("ack failed", "queue", c.cfg.Queue, "verdict", verdict, "err", err)
 	}
+}
+
+var verdictKey = attribute.Key("ledger.verdict")
+
+// processSpan starts the consumer span of a traced message, as a child of its publish (and,
+// for a replayed delivery's message, linked to the operator's request that replayed it).
+func (c *Consumer) processSpan(ctx context.Context, msg *message.Message, redelivered bool) (context.Context, trace.Span) {
+	if !tracing.Enabled() || msg.Metadata.Get(tracing.MetaTraceparent) == "" {
+		return ctx, noSpan
+	}
+	ctx = tracing.Extract(ctx, msg.Metadata)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(c.cfg.Queue), semconv.MessagingMessageID(msg.UUID),
+		semconv.MessagingMessageBodySize(len(msg.Payload)),
+		attribute.Bool("messaging.rabbitmq.redelivered", redelivered))}
+	if sc := tracing.SpanContextOf(msg.Metadata.Get(tracing.MetaLink)); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	return tracing.Start(ctx, "process "+c.cfg.Queue, opts...)
 }
 
 // Work is the handler of work queues: it decodes the work message and hands its attempt to run

@@ -10,7 +10,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/deliveryledger/ledger/tracing"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Confirmed is called for every message once the broker has confirmed it, before the outbox
@@ -100,6 +103,8 @@ type pendingPublish struct {
 	topic   string
 	msg     *message.Message
 	confirm *amqp091.DeferredConfirmation
+	// span is the publish's producer span (traced messages only), ended by the confirm.
+	span trace.Span
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -137,20 +142,42 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return err
 	}
 	for _, m := range msgs {
+		span := publishSpan(topic, m)
 		pub, err := Marshaler{}.Marshal(m)
 		if err != nil {
+			span.End()
 			return fmt.Errorf("marshal %s: %w", m.UUID, err) // the forwarder nacks and retries it
 		}
 		confirm, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", topic, false, false, pub)
 		if err != nil {
 			p.failed = fmt.Errorf("publish %s to %s: %w", m.UUID, topic, err)
+			tracing.Fail(span, p.failed)
+			span.End()
 			p.resetLocked()
 			return p.failed
 		}
-		p.pending = append(p.pending, pendingPublish{topic: topic, msg: m, confirm: confirm})
+		p.pending = append(p.pending, pendingPublish{topic: topic, msg: m, confirm: confirm, span: span})
 	}
 	return nil
 }
+
+// publishSpan starts the producer span of a traced message's publish, as a child of the span
+// that wrote it to the outbox, and puts the publish's own trace context in the message's
+// headers for the consumer to continue. An untraced message gets no span.
+func publishSpan(queue string, m *message.Message) trace.Span {
+	if !tracing.Enabled() || m.Metadata.Get(tracing.MetaTraceparent) == "" {
+		return noSpan
+	}
+	ctx := tracing.Extract(context.Background(), m.Metadata)
+	ctx, span := tracing.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(queue), semconv.MessagingMessageID(m.UUID),
+		semconv.MessagingMessageBodySize(len(m.Payload))))
+	tracing.Inject(ctx, m.Metadata)
+	return span
+}
+
+var noSpan = trace.SpanFromContext(context.Background())
 
 // Flush waits for the confirms of everything published since the last Flush and runs
 // OnConfirmed for each message. An error means the batch must not be acknowledged: some message
@@ -160,6 +187,11 @@ func (p *Publisher) Flush() error {
 	pending, failed := p.pending, p.failed
 	p.pending, p.failed = nil, nil
 	p.mu.Unlock()
+	defer func() {
+		for _, pp := range pending {
+			pp.span.End() // a span already ended (confirmed) ignores this
+		}
+	}()
 	if failed != nil {
 		return failed
 	}
@@ -171,6 +203,8 @@ func (p *Publisher) Flush() error {
 		if err == nil && !ok {
 			err = errors.New("broker nacked the publish")
 		}
+		tracing.Fail(pp.span, err)
+		pp.span.End()
 		if err != nil {
 			p.mu.Lock()
 			p.resetLocked() // outstanding confirms of this channel can no longer be trusted

@@ -25,9 +25,14 @@ import (
 
 	"github.com/wneessen/go-mail"
 	"github.com/wneessen/go-mail/smtp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -116,7 +121,24 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	defer cancel()
 	a := &attempt{s: s, ctx: ctx, start: start, deadline: deadline}
 	defer a.close()
-	return a.run(m)
+	span := tracing.NoSpan
+	if tracing.Enabled() {
+		_, span = tracing.Start(ctx, "smtp send", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			semconv.ServerAddress(s.cfg.Host), semconv.ServerPort(s.cfg.Port), semconv.NetworkProtocolName("smtp"),
+			attribute.String("smtp.tls", string(s.cfg.TLS))))
+	}
+	outcome := a.run(m)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.OutcomeKind.String(string(outcome.Kind)))
+		if outcome.StatusCode != 0 {
+			span.SetAttributes(attribute.Int("smtp.reply_code", outcome.StatusCode))
+		}
+		if outcome.Kind != domain.OutcomeDelivered {
+			span.SetStatus(codes.Error, outcome.Err)
+		}
+	}
+	span.End()
+	return outcome
 }
 
 // client builds the go-mail client of one attempt. go-mail is asked for the connection, the

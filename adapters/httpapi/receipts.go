@@ -11,6 +11,7 @@ import (
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // maxReceiptBytes bounds a provider's callback: a receipt is a few hundred bytes of form or JSON.
@@ -66,6 +67,7 @@ type ProviderLister func(ctx context.Context) ([]ProviderView, error)
 // refused with 403 and records nothing. Its query is the provider's to choose (Vonage sends
 // receipts as query parameters), so it is not checked against a list.
 func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
+	tracing.Route(r, "POST /v1/receipts/{provider}")
 	name := r.PathValue("provider")
 	parser, ok := s.deps.Receipts.Parsers[name]
 	if !ok {

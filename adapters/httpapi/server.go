@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/console"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // readyTimeout bounds a readiness check, so a hung database makes /readyz answer 503 in time for
@@ -219,6 +220,7 @@ type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string) e
 func (s *server) tenantRoute(pattern string, h tenantHandler, params ...string) {
 	s.routes = append(s.routes, route{pattern: pattern, params: params})
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		tracing.Route(r, pattern)
 		tenant, err := s.authenticate(r)
 		if err == nil {
 			err = checkQuery(r.URL.Query(), params...)
@@ -236,6 +238,7 @@ func (s *server) tenantRoute(pattern string, h tenantHandler, params ...string) 
 func (s *server) publicRoute(pattern string, h http.HandlerFunc, params ...string) {
 	s.routes = append(s.routes, route{pattern: pattern, params: params})
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		tracing.Route(r, pattern)
 		if err := checkQuery(r.URL.Query(), params...); err != nil {
 			s.writeProblem(w, r, err)
 			return

@@ -7,8 +7,10 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // AcceptBatcher records concurrent accept requests in shared transactions (group commit): one
@@ -36,6 +38,8 @@ type acceptAnswer struct {
 	response []byte
 	replayed bool
 	err      error
+	// commit is the span of the shared transaction that answered, when traced.
+	commit trace.SpanContext
 }
 
 // Group commit defaults: a few committers overlap one batch's fsync with the next one's work.
@@ -67,8 +71,15 @@ func (b *AcceptBatcher) Close() {
 	b.wg.Wait()
 }
 
-// RecordAccept queues the request for the next batch and waits for its answer.
-func (b *AcceptBatcher) RecordAccept(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
+// RecordAccept queues the request for the next batch and waits for its answer. Traced, the wait
+// is a span of the request's trace ("accept: wait for group commit") linked to the span of the
+// transaction that committed it, which links back to every request it served.
+func (b *AcceptBatcher) RecordAccept(ctx context.Context, rec commands.AcceptRecord) (response []byte, replayed bool, err error) {
+	ctx, span := tracing.Start(ctx, "accept: wait for group commit")
+	defer func() {
+		tracing.Fail(span, err)
+		span.End()
+	}()
 	call := &acceptCall{ctx: ctx, rec: rec, done: make(chan acceptAnswer, 1)}
 	select {
 	case b.queue <- call:
@@ -79,6 +90,9 @@ func (b *AcceptBatcher) RecordAccept(ctx context.Context, rec commands.AcceptRec
 	}
 	select {
 	case a := <-call.done:
+		if a.commit.IsValid() {
+			span.AddLink(trace.Link{SpanContext: a.commit})
+		}
 		return a.response, a.replayed, a.err
 	case <-ctx.Done():
 		// The batch may still commit; a retry with the same key then gets the stored answer.
@@ -121,25 +135,45 @@ func (b *AcceptBatcher) commit(batch []*acceptCall) {
 	}
 	if len(live) == 1 {
 		resp, replayed, err := b.store.RecordAccept(live[0].ctx, live[0].rec)
-		live[0].done <- acceptAnswer{resp, replayed, err}
+		live[0].done <- acceptAnswer{response: resp, replayed: replayed, err: err}
 		return
 	}
-	answers, err := b.commitShared(live)
+	ctx, span := context.Background(), tracing.NoSpan
+	if links := callerLinks(live); len(links) > 0 {
+		ctx, span = tracing.StartLinked("accept: group commit", links, trace.WithAttributes(tracing.BatchSize.Int(len(live))))
+	}
+	defer span.End()
+	answers, err := b.commitShared(ctx, live)
+	tracing.Fail(span, err)
 	if err != nil {
 		for _, c := range live {
 			resp, replayed, err := b.store.RecordAccept(c.ctx, c.rec)
-			c.done <- acceptAnswer{resp, replayed, err}
+			c.done <- acceptAnswer{response: resp, replayed: replayed, err: err}
 		}
 		return
 	}
 	for i, c := range live {
+		answers[i].commit = span.SpanContext()
 		c.done <- answers[i]
 	}
 }
 
-func (b *AcceptBatcher) commitShared(calls []*acceptCall) ([]acceptAnswer, error) {
+// callerLinks links a shared commit's span to the wait span of every request it serves.
+func callerLinks(calls []*acceptCall) []trace.Link {
+	if !tracing.Enabled() {
+		return nil
+	}
+	links := make([]trace.Link, 0, len(calls))
+	for _, c := range calls {
+		if sc := trace.SpanContextFromContext(c.ctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
+}
+
+func (b *AcceptBatcher) commitShared(ctx context.Context, calls []*acceptCall) ([]acceptAnswer, error) {
 	answers := make([]acceptAnswer, len(calls))
-	ctx := context.Background()
 	lockKeys := make([]string, len(calls))
 	tenants, keys := make([]string, len(calls)), make([]string, len(calls))
 	for i, c := range calls {

@@ -8,9 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // AppendBatcher is an EventStore whose concurrent appends share transactions (group commit),
@@ -72,7 +74,12 @@ func (b *AppendBatcher) Close() {
 }
 
 // Load reads a stream, in one query with the other loads waiting at the same time.
-func (b *AppendBatcher) Load(ctx context.Context, deliveryID string) ([]domain.Event, error) {
+func (b *AppendBatcher) Load(ctx context.Context, deliveryID string) (_ []domain.Event, err error) {
+	ctx, span := tracing.Start(ctx, "load: wait for shared read")
+	defer func() {
+		tracing.Fail(span, err)
+		span.End()
+	}()
 	id, err := uuid.Parse(deliveryID)
 	if err != nil {
 		return nil, commands.ErrNotFound
@@ -107,7 +114,19 @@ func (b *AppendBatcher) load(batch []*loadCall) {
 	if len(live) == 0 {
 		return
 	}
-	streams, err := b.store.LoadMany(context.Background(), ids)
+	ctx, span := context.Background(), tracing.NoSpan
+	if tracing.Enabled() {
+		var links []trace.Link
+		for _, c := range live {
+			if sc := trace.SpanContextFromContext(c.ctx); sc.IsValid() {
+				links = append(links, trace.Link{SpanContext: sc})
+			}
+		}
+		ctx, span = tracing.StartLinked("load: shared read", links, trace.WithAttributes(tracing.BatchSize.Int(len(live))))
+	}
+	streams, err := b.store.LoadMany(ctx, ids)
+	tracing.Fail(span, err)
+	span.End()
 	for _, c := range live {
 		switch events := streams[c.id]; {
 		case err != nil:
@@ -120,8 +139,14 @@ func (b *AppendBatcher) load(batch []*loadCall) {
 	}
 }
 
-// Append queues the append for the next batch and waits for its answer.
-func (b *AppendBatcher) Append(ctx context.Context, events []domain.Event, outbox []commands.OutboxMessage) error {
+// Append queues the append for the next batch and waits for its answer. Traced, the wait is a
+// span of the caller's trace, which the shared transaction's span links to.
+func (b *AppendBatcher) Append(ctx context.Context, events []domain.Event, outbox []commands.OutboxMessage) (err error) {
+	ctx, span := tracing.Start(ctx, "append: wait for group commit")
+	defer func() {
+		tracing.Fail(span, err)
+		span.End()
+	}()
 	call := &appendCall{ctx: ctx, events: events, outbox: outbox, done: make(chan error, 1)}
 	select {
 	case b.queue <- call:
@@ -221,14 +246,25 @@ func splitClaims(calls []*appendCall) (first, later []*appendCall) {
 const maxBatchRounds = 3
 
 // write commits the appends of calls in one transaction.
-func (b *AppendBatcher) write(calls []*appendCall) error {
+func (b *AppendBatcher) write(calls []*appendCall) (err error) {
 	var events []domain.Event
 	var outbox []commands.OutboxMessage
+	var links []trace.Link
 	for _, c := range calls {
 		events = append(events, c.events...)
 		outbox = append(outbox, c.outbox...)
+		if sc := trace.SpanContextFromContext(c.ctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
 	}
-	ctx := context.Background()
+	ctx, span := context.Background(), tracing.NoSpan
+	if len(links) > 0 {
+		ctx, span = tracing.StartLinked("append: group commit", links, trace.WithAttributes(tracing.BatchSize.Int(len(calls))))
+	}
+	defer func() {
+		tracing.Fail(span, err)
+		span.End()
+	}()
 	var w writeBatch
 	if err := errors.Join(appendEvents(ctx, &w, events), publishOutbox(ctx, &w, outbox)); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/deliveryledger/ledger/tracing"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,6 +46,9 @@ func Connect(ctx context.Context, url, schema string, maxConns int32, opts ...Co
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	if tracing.Enabled() {
+		cfg.ConnConfig.Tracer = tracing.DBTracer{}
 	}
 	for _, o := range opts {
 		o(cfg)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -104,7 +105,7 @@ func New(cfg Config) (*Sender, error) {
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
-			Transport: transport,
+			Transport: tracing.Transport(transport, withoutToken), // client spans, when traced; never the token
 			// A redirect is not followed: it would re-send the message to a place nobody
 			// configured. The real Bot API never redirects, so a 3xx means base_url is wrong:
 			// permanent, and said so.
@@ -423,4 +424,17 @@ func printable(s string) string {
 		return r
 	}, s)
 	return strings.TrimSpace(s)
+}
+
+// withoutToken renders a Bot API URL for a trace: the method's path with the bot's token
+// replaced, since a trace backend is no place for a credential. A URL of another shape is
+// rendered as its origin alone.
+func withoutToken(u *url.URL) string {
+	path := u.EscapedPath()
+	if i := strings.LastIndex(path, "/bot"); i >= 0 {
+		if j := strings.Index(path[i+1:], "/"); j >= 0 {
+			return u.Scheme + "://" + u.Host + path[:i] + "/bot{token}" + path[i+1+j:]
+		}
+	}
+	return u.Scheme + "://" + u.Host
 }

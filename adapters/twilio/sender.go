@@ -33,6 +33,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/sms"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 var (
@@ -125,7 +126,7 @@ func New(cfg Config) (*Sender, error) {
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
-			Transport: transport,
+			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
 			// A redirect is not followed: it would re-send the message (and the credentials)
 			// to a place nobody configured. Twilio never redirects, so a 3xx means base_url is
 			// wrong: permanent, and said so.

@@ -36,6 +36,7 @@ import (
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -117,7 +118,7 @@ func New(cfg Config) (*Sender, error) {
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
-			Transport: transport,
+			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
 			// A redirect is not followed: it would re-send the message, and the secret, to a
 			// place nobody configured. The SMS API never redirects, so a 3xx means base_url is
 			// wrong.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -105,7 +106,7 @@ func New(cfg Config) (*Sender, error) {
 	}
 	return &Sender{
 		client: &http.Client{
-			Transport: transport,
+			Transport: tracing.Transport(transport, nil), // client spans, when traced
 			// A redirect is not followed: the destination was fixed at acceptance, following
 			// one would re-send the payload somewhere nobody chose, and a redirect to an
 			// internal name is a classic SSRF trick. The 3xx is returned and is permanent.

@@ -37,7 +37,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ShortHelp:  "run the chosen roles (api, relay, worker, projector) in one process",
 		LongHelp: "Runs the HTTP API, the outbox relay, the workers and the projector (by default all of them).\n" +
 			"Refuses to start when the database schema is behind: run `ledger migrate` first.\n" +
-			"Every flag can also be set by an environment variable: --http-addr is LEDGER_HTTP_ADDR.",
+			"Every flag can also be set by an environment variable: --http-addr is LEDGER_HTTP_ADDR.\n" +
+			"Traces: set OTEL_EXPORTER_OTLP_ENDPOINT (and, if needed, OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf\n" +
+			"or grpc, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_RESOURCE_ATTRIBUTES) to export OpenTelemetry\n" +
+			"traces over OTLP; without an endpoint tracing is off. See docs/observability.md.",
 		FlagSet: serveFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
@@ -120,6 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.DurationVar(&bopts.RateFor, "rate-for", 20*time.Second, "duration of the fixed-rate latency run")
 	benchFS.IntVar(&bopts.AuditEvents, "audit-events", 1_000_000, "events in the log for the audit query measurement")
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
+	benchFS.BoolVar(&bopts.Trace, "trace", false, "run the ledger with tracing on (every span sampled, exported over OTLP/HTTP to a discarding endpoint on loopback) to measure its cost; without it tracing is off, whatever OTEL_ variables say")
 	benchFS.StringVar(&bopts.Out, "out", "", "also write the JSON report to this file")
 	benchFS.StringVar(&bopts.ResultsDir, "results-dir", "bench/results", "directory for the timestamped JSON report and SVG chart")
 	benchProfile := benchFS.String("cpuprofile", "", "write a CPU profile of the whole run (ledger and load generator, one process) to this file")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/breaker"
@@ -22,6 +23,7 @@ import (
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // App is the wired ledger: the roles of one process over one database and one broker.
@@ -265,7 +267,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	}
 	a.probe = amqp.NewProbe(a.cfg.AMQPURL)
 	a.server = &http.Server{
-		Handler:           api,
+		Handler:           tracing.Handler(api),
 		ReadHeaderTimeout: a.cfg.HTTPReadHeaderTimeout,
 		ReadTimeout:       a.cfg.HTTPReadTimeout,
 		WriteTimeout:      a.cfg.HTTPWriteTimeout,
@@ -486,7 +488,20 @@ func everyFromNow(ctx context.Context, interval time.Duration, fn func()) error 
 
 // Serve runs `ledger serve`: it builds the app, says where the API listens, and runs it.
 func Serve(ctx context.Context, cfg Config, stdout io.Writer) error {
-	app, err := Build(ctx, cfg, cfg.Logger())
+	logger := cfg.Logger()
+	traces, shutdown, err := tracing.Setup(ctx, attribute.String("ledger.roles", cfg.Roles))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdown(context.WithoutCancel(ctx)); err != nil {
+			logger.Warn("flush traces", "err", err)
+		}
+	}()
+	if traces.On {
+		logger.Info("tracing on", "endpoint", traces.Endpoint, "protocol", traces.Protocol, "service", traces.Service)
+	}
+	app, err := Build(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // Defaults of the contract (docs/design.md, "Configuration").
@@ -280,5 +281,5 @@ func (c *Config) Logger() *slog.Logger {
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 }

@@ -218,6 +218,12 @@ func startApp(t *testing.T, schema *pgtest.Schema, cfg Config, options ...Option
 // against docs/openapi.yaml (openapitest), the request unless the bundle is refusing.
 func (b *e2eBundle) do(t *testing.T, method, path, idemKey string, body any) (*http.Response, []byte) {
 	t.Helper()
+	return b.doWith(t, method, path, idemKey, body, nil)
+}
+
+// doWith is do with more request headers.
+func (b *e2eBundle) doWith(t *testing.T, method, path, idemKey string, body any, header http.Header) (*http.Response, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		buf, err := json.Marshal(body)
@@ -238,6 +244,9 @@ func (b *e2eBundle) do(t *testing.T, method, path, idemKey string, body any) (*h
 	req.Header.Set("Content-Type", "application/json")
 	if idemKey != "" {
 		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	resp, err := openapitest.Client(t).Do(req)
 	if err != nil {

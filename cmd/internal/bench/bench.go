@@ -39,6 +39,9 @@ type Options struct {
 	Only []string
 	// Logs receives the ledger's warnings and errors during the run (nil: discarded).
 	Logs io.Writer
+	// Trace runs the ledger with tracing on, every span sampled and exported over OTLP/HTTP to
+	// a discarding endpoint on loopback, to measure what tracing costs.
+	Trace bool
 }
 
 // Phases are the phases of a run, in order.
@@ -58,16 +61,20 @@ func (o *Options) ApplyQuick() {
 
 // Report is what `ledger bench` writes as JSON.
 type Report struct {
-	StartedAt  time.Time          `json:"started_at"`
-	Machine    benchMachine       `json:"machine"`
-	Quick      bool               `json:"quick"`
-	Void       bool               `json:"void"`
-	VoidReason string             `json:"void_reason,omitempty"`
-	Ratios     map[string]float64 `json:"ratios"`
-	LatencyMS  map[string]float64 `json:"latency_ms"`
-	Throughput map[string]float64 `json:"throughput_per_s"`
-	Counts     map[string]int     `json:"counts"`
-	Targets    []benchTarget      `json:"targets"`
+	StartedAt time.Time    `json:"started_at"`
+	Machine   benchMachine `json:"machine"`
+	Quick     bool         `json:"quick"`
+	// Traced runs exported every span (Options.Trace); TraceExports and TraceBytes say how much.
+	Traced       bool               `json:"traced"`
+	TraceExports int64              `json:"trace_exports,omitempty"`
+	TraceBytes   int64              `json:"trace_bytes,omitempty"`
+	Void         bool               `json:"void"`
+	VoidReason   string             `json:"void_reason,omitempty"`
+	Ratios       map[string]float64 `json:"ratios"`
+	LatencyMS    map[string]float64 `json:"latency_ms"`
+	Throughput   map[string]float64 `json:"throughput_per_s"`
+	Counts       map[string]int     `json:"counts"`
+	Targets      []benchTarget      `json:"targets"`
 	// Samples keeps latency distributions (ms) for the chart.
 	Samples map[string][]float64 `json:"-"`
 }

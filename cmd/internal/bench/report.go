@@ -16,6 +16,9 @@ import (
 // PrintTable prints the report as a table.
 func PrintTable(rep *Report, w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if rep.Traced {
+		fmt.Fprintf(tw, "\ntracing on: every span sampled; %d OTLP exports, %.1f MB\n", rep.TraceExports, float64(rep.TraceBytes)/1e6)
+	}
 	fmt.Fprintf(tw, "\nmeasure\tvalue\n")
 	keys := func(m map[string]float64) []string {
 		var ks []string

@@ -45,6 +45,17 @@ func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Re
 		return nil, err
 	}
 	defer sink.server.Close()
+	if opts.Trace {
+		traces, stop, err := startTracing(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rep.Traced = true
+		defer func() {
+			stop()
+			rep.TraceExports, rep.TraceBytes = traces.exports.Load(), traces.octets.Load()
+		}()
+	}
 	var envs []*benchEnv
 	defer func() {
 		for _, e := range envs {
