@@ -29,8 +29,12 @@ alerts: ## check deploy/prometheus (rules, config) and run the alerting rules' u
 	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
 	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
 
-test: services lint alerts ## the whole test suite against the real PostgreSQL and RabbitMQ, then a short fuzz run
+# The end-to-end tests that run a second time on quorum queues (LEDGER_AMQP_QUEUE_TYPE=quorum).
+QUORUM_TESTS := TestEndToEnd|TestDuplicateAMQPMessage|TestTransientFailures|TestPermanentFailure|TestRetryAfter|TestExhaustedAttempts|TestLongDelay|TestPanickingAdapter|TestLostBrokerMessage|TestReplayedDeadDelivery|TestDeferralWaits|TestChannelSchedule|TestOneTrace|TestQuorumTopology
+
+test: services lint alerts ## the whole test suite against the real PostgreSQL and RabbitMQ, the end-to-end tests again on quorum queues, then a short fuzz run
 	$(GO) test -race -count=1 -timeout 9m ./...
+	LEDGER_TEST_AMQP_QUEUE_TYPE=quorum $(GO) test -race -count=1 -timeout 5m -run '$(QUORUM_TESTS)' ./cmd/internal/app/ ./adapters/amqp/
 	scripts/fuzz.sh 30000x
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
@@ -42,10 +46,15 @@ bench: build services ## the benchmark: raw baselines and the ledger, in one run
 
 SOAK_DELIVERIES ?= 2000
 
-.PHONY: soak soak-short
+.PHONY: soak soak-short soak-cluster
 
 soak: build services ## crash soak: webhooks and SMS; kills every role repeatedly, restarts RabbitMQ, kills an SMS provider; last line lost=N duplicates=N unknown=N
 	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) $(SOAK_FLAGS)
 
 soak-short: build services ## the crash soak in short for CI: 300 deliveries (a fifth SMS) over 30s, a kill every 500ms; about a minute
 	SOAK_DELIVERIES=300 $(GO) run ./cmd/soak --ledger $(BIN) --kill-every 500ms --rate 10 --burst 50 --timeout 3m $(SOAK_FLAGS)
+
+soak-cluster: build services ## the crash soak on a 3-node RabbitMQ cluster (scripts/rabbitmq-cluster.sh, ports 5681-5683) with quorum queues; the node leading the work queue is SIGKILLed halfway and restarted
+	scripts/rabbitmq-cluster.sh start
+	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) --cluster scripts/rabbitmq-cluster.sh \
+		--amqp-url "$$(scripts/rabbitmq-cluster.sh urls)" $(SOAK_FLAGS); rc=$$?; scripts/rabbitmq-cluster.sh stop; exit $$rc

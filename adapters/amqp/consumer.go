@@ -105,7 +105,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) session(ctx context.Context) error {
-	conn, err := amqp091.Dial(c.cfg.URL)
+	conn, err := Dial(c.cfg.URL)
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}

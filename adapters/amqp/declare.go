@@ -14,7 +14,7 @@ import (
 // DeclareTopology connects to the broker at url and declares t (see Topology.Declare). Queues an
 // older ledger declared without a storage version are named in a warning, with how to move them.
 func DeclareTopology(url string, t Topology, logger *slog.Logger) error {
-	conn, err := amqp091.Dial(url)
+	conn, err := Dial(url)
 	if err != nil {
 		return fmt.Errorf("reach RabbitMQ at %s: %w", RedactURL(url), err)
 	}
@@ -76,7 +76,7 @@ func Unreachable(err error) bool {
 // QueueDepths returns the ready messages of each queue, read with passive declares over one
 // connection. A queue that cannot be inspected (it does not exist) is left out.
 func QueueDepths(url string, queues []string) (map[string]int, error) {
-	conn, err := amqp091.Dial(url)
+	conn, err := Dial(url)
 	if err != nil {
 		return nil, err
 	}

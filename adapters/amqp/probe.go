@@ -46,7 +46,7 @@ func (p *Probe) Check(ctx context.Context) error {
 		return p.lastErr
 	}
 	p.lastDial = time.Now()
-	conn, err := amqp091.DialConfig(p.url, amqp091.Config{Dial: amqp091.DefaultDial(probeDialTimeout)})
+	conn, err := DialConfig(p.url, amqp091.Config{Dial: amqp091.DefaultDial(probeDialTimeout)})
 	if err != nil {
 		p.conn, p.lastErr = nil, err
 		return err

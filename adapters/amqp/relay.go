@@ -251,7 +251,7 @@ func (p *Publisher) channel() (*amqp091.Channel, error) {
 		time.Sleep(wait)
 	}
 	p.lastDial = time.Now()
-	conn, err := amqp091.Dial(p.cfg.URL)
+	conn, err := Dial(p.cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("relay: connect to broker: %w", err)
 	}

@@ -39,7 +39,25 @@ type Topology struct {
 	Tiers []time.Duration
 	// ChannelTiers holds the tiers of channels with a retry policy of their own.
 	ChannelTiers map[string][]time.Duration
+	// QueueType is QueueClassic (also "") or QueueQuorum: the type of every queue declared.
+	QueueType string
+	// DeliveryLimit is how many times a quorum work queue hands a message out before it
+	// dead-letters it (x-delivery-limit): a message that crashes every consumer ends in the
+	// dead queue instead of looping. Zero means DefaultDeliveryLimit. Classic queues have none.
+	DeliveryLimit int
 }
+
+// Queue types.
+const (
+	QueueClassic = "classic"
+	QueueQuorum  = "quorum"
+)
+
+// DefaultDeliveryLimit is the delivery limit of quorum work queues. A worker gives a message
+// back (requeue) only when it cannot record anything (the database is down) or a limit is busy,
+// and a crash gives back what it held: 20 redeliveries is far beyond either, and a message that
+// reaches it has crashed its consumers again and again.
+const DefaultDeliveryLimit = 20
 
 // TiersOf returns a channel's delay tiers.
 func (t Topology) TiersOf(channel string) []time.Duration {
@@ -59,6 +77,14 @@ func (t Topology) Validate() error {
 	}
 	if len(t.Channels) == 0 {
 		errs = append(errs, errors.New("no channels"))
+	}
+	switch t.QueueType {
+	case "", QueueClassic, QueueQuorum:
+	default:
+		errs = append(errs, fmt.Errorf("queue type %q: want classic or quorum", t.QueueType))
+	}
+	if t.DeliveryLimit < 0 {
+		errs = append(errs, fmt.Errorf("delivery limit %d is below 0", t.DeliveryLimit))
 	}
 	for _, ch := range t.Channels {
 		tiers := t.TiersOf(ch)
@@ -196,7 +222,11 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 	if err := ch.ExchangeDeclare(t.DeadLetterExchange(), "direct", true, false, false, false, nil); err != nil {
 		return nil, fmt.Errorf("declare %s: %w", t.DeadLetterExchange(), err)
 	}
+	quorum := t.QueueType == QueueQuorum
 	declare := func(name string, args amqp091.Table) error {
+		if quorum {
+			return t.declareQuorum(ch, name, args)
+		}
 		versioned := amqp091.Table{"x-queue-version": int32(QueueVersion)}
 		for k, v := range args {
 			versioned[k] = v
@@ -225,10 +255,18 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 		}
 		for _, p := range Priorities {
 			work := t.Work(channel, p)
-			if err := declare(work, amqp091.Table{
+			args := amqp091.Table{
 				"x-dead-letter-exchange":    t.DeadLetterExchange(),
 				"x-dead-letter-routing-key": t.Dead(channel),
-			}); err != nil {
+			}
+			if quorum {
+				limit := t.DeliveryLimit
+				if limit == 0 {
+					limit = DefaultDeliveryLimit
+				}
+				args["x-delivery-limit"] = int32(limit)
+			}
+			if err := declare(work, args); err != nil {
 				return kept, err
 			}
 			match := amqp091.Table{"x-match": "all", commands.MetaPriority: string(p)}
@@ -260,6 +298,33 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 		}
 	}
 	return kept, nil
+}
+
+// declareQuorum declares a quorum queue. Dead-lettering (from a work queue to the dead queue,
+// and from a delay tier back to the work queue when its TTL expires) is at-least-once: the
+// message leaves the source queue only once the target queue has confirmed it, where RabbitMQ's
+// default (at-most-once) drops a message that the target could not take. That strategy needs
+// x-overflow=reject-publish, which only matters with a length limit, and the ledger sets none. A
+// queue that exists with another type cannot change it (PRECONDITION_FAILED): the error says so.
+func (t Topology) declareQuorum(ch *amqp091.Channel, name string, args amqp091.Table) error {
+	q := amqp091.Table{"x-queue-type": QueueQuorum}
+	for k, v := range args {
+		q[k] = v
+	}
+	if _, dlx := args["x-dead-letter-exchange"]; dlx {
+		q["x-dead-letter-strategy"] = "at-least-once"
+		q["x-overflow"] = "reject-publish"
+	}
+	_, err := ch.QueueDeclare(name, true, false, false, false, q)
+	var amqpErr *amqp091.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed {
+		return fmt.Errorf("declare quorum queue %s: %w (a queue cannot change its type or arguments: "+
+			"use a new LEDGER_AMQP_PREFIX, or drain and delete the old queues; see docs/operations.md)", name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	return nil
 }
 
 // Delete removes every queue and the exchange of the topology (tests and benchmarks clean up

@@ -115,6 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchCfg := app.DefaultConfig()
 	benchFS.StringVar(&benchCfg.DatabaseURL, "database-url", app.DefaultDatabaseURL, "PostgreSQL URL (the benchmark works in its own schemas and drops them)")
 	benchFS.StringVar(&benchCfg.AMQPURL, "amqp-url", app.DefaultAMQPURL, "RabbitMQ URL (the benchmark uses its own queue prefix and deletes it)")
+	benchFS.StringVar(&benchCfg.AMQPQueueType, "amqp-queue-type", "classic", "queue type of the benchmarked ledger: classic or quorum (the RabbitMQ baseline stays classic)")
 	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 16); the sink is fast, so slots wait mostly on commits")
 	var bopts bench.Options
 	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about a minute in all)")

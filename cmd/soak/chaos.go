@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // Bounds of the pause between a SIGKILL and the restart of the killed process.
@@ -102,7 +102,7 @@ func (c *chaos) restartRabbitMQ(ctx context.Context, amqpURL string) {
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		conn, err := amqp091.Dial(amqpURL)
+		conn, err := amqp.Dial(amqpURL)
 		if err == nil {
 			conn.Close()
 			break
@@ -116,6 +116,37 @@ func (c *chaos) restartRabbitMQ(ctx context.Context, amqpURL string) {
 	end := time.Now()
 	c.record(incident{At: start, End: end, Kind: "rabbitmq-restart", Target: "rabbitmq", Detail: "down for " + end.Sub(start).Round(time.Millisecond).String()})
 	c.say("chaos: RabbitMQ is back after %s", end.Sub(start).Round(time.Millisecond))
+}
+
+// killLeader SIGKILLs the cluster node that leads queue, keeps it down for down, and starts it
+// again; the ledger's connections to it move to the other nodes, and the quorum queue elects a
+// new leader among them. Once begun it runs to the end even if ctx ends: a node left down would
+// leave the cluster without its majority for the next run.
+func (c *chaos) killLeader(ctx context.Context, script, queue string, down time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	out, err := exec.CommandContext(ctx, script, "leader", queue).Output()
+	leader := strings.TrimSpace(string(out))
+	if err != nil || leader == "" {
+		c.fail("cluster: find the leader of %s: %v", queue, err)
+		return
+	}
+	start := time.Now()
+	c.say("chaos: SIGKILL of RabbitMQ node %s, the leader of %s, for %s", leader, queue, down)
+	if out, err := exec.CommandContext(ctx, script, "kill", leader).CombinedOutput(); err != nil {
+		c.fail("cluster: kill node %s: %v: %s", leader, err, strings.TrimSpace(string(out)))
+		return
+	}
+	time.Sleep(down)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	out, err = exec.CommandContext(cctx, script, "restart", leader).CombinedOutput()
+	cancel()
+	if err != nil {
+		c.fail("cluster: restart node %s: %v: %s", leader, err, strings.TrimSpace(string(out)))
+	}
+	end := time.Now()
+	c.record(incident{At: start, End: end, Kind: "rabbitmq-restart", Target: "rabbitmq node " + leader,
+		Detail: "SIGKILL of the leader of " + queue + ", down for " + end.Sub(start).Round(time.Millisecond).String()})
+	c.say("chaos: node %s is back after %s", leader, end.Sub(start).Round(time.Millisecond))
 }
 
 // killTwilio kills the Twilio fake for good (see smsFakes), after reading its list of messages.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
@@ -52,6 +51,7 @@ type environment struct {
 	ledgerURL  string
 	checkerURL string
 	amqpURL    string
+	queueType  string
 	pool       *pgxpool.Pool
 	// declared is set once ledger processes have started (and declared the queues).
 	declared bool
@@ -61,6 +61,7 @@ type environment struct {
 func (e *environment) topology() amqp.Topology {
 	return amqp.Topology{
 		Prefix:       e.prefix,
+		QueueType:    e.queueType,
 		Channels:     []string{webhook.Name, sms.Name},
 		Tiers:        domain.RetryPolicy{Base: retryBase, Cap: retryCap}.Tiers(),
 		ChannelTiers: map[string][]time.Duration{sms.Name: smsTiers()},
@@ -71,7 +72,10 @@ func (e *environment) topology() amqp.Topology {
 // queue prefix and a log directory.
 func setUp(ctx context.Context, o options) (*environment, error) {
 	suffix := randomHex(4)
-	e := &environment{schema: "soak_" + suffix, prefix: "soak-" + suffix, amqpURL: o.AMQPURL}
+	e := &environment{schema: "soak_" + suffix, prefix: "soak-" + suffix, amqpURL: o.AMQPURL, queueType: amqp.QueueClassic}
+	if o.Cluster != "" {
+		e.queueType = amqp.QueueQuorum
+	}
 	var err error
 	if e.dir, err = os.MkdirTemp("", "ledger-soak-"+suffix+"-"); err != nil {
 		return nil, err
@@ -126,7 +130,7 @@ func (e *environment) tearDown(keep bool, say func(string, ...any)) {
 		e.pool.Close()
 	}
 	if e.declared {
-		if conn, err := amqp091.Dial(e.amqpURL); err != nil {
+		if conn, err := amqp.Dial(e.amqpURL); err != nil {
 			errs = append(errs, fmt.Errorf("delete queues %s.*: %w", e.prefix, err))
 		} else {
 			if err := e.topology().Delete(conn); err != nil {
@@ -206,6 +210,7 @@ func ledgerEnv(e *environment, httpAddr string, o options) []string {
 	env := append(base,
 		"LEDGER_DATABASE_URL="+e.ledgerURL,
 		"LEDGER_AMQP_URL="+e.amqpURL,
+		"LEDGER_AMQP_QUEUE_TYPE="+e.queueType,
 		"LEDGER_AMQP_PREFIX="+e.prefix,
 		"LEDGER_API_KEYS="+soakTenant+":"+soakAPIKey,
 		"LEDGER_WEBHOOK_ALLOW_CIDRS=127.0.0.0/8",

@@ -47,6 +47,11 @@ type options struct {
 	LogLevel string
 	// Extra are LEDGER_ settings added to (or overriding) the soak's own, for investigation.
 	Extra []string
+	// Cluster is scripts/rabbitmq-cluster.sh when the soak runs on that cluster: quorum
+	// queues, and instead of restarting the broker the node that leads the work queue is
+	// SIGKILLed halfway and restarted after ClusterDown.
+	Cluster     string
+	ClusterDown time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
@@ -64,6 +69,8 @@ func parseOptions(args []string) (options, error) {
 	fs.Float64Var(&o.SMSShare, "sms-share", defaultSMSShare, "share of the deliveries sent as SMS, to the Twilio fake first and the Vonage fake after it (0 to 1; the rest are webhooks)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the chaos schedule (0: random)")
 	fs.StringVar(&o.Keep, "keep", "never", "keep the schema, queues, process logs and sink record after the run: never, failed or always")
+	fs.StringVar(&o.Cluster, "cluster", "", "path of scripts/rabbitmq-cluster.sh: run on that cluster (--amqp-url its nodes) with quorum queues, and SIGKILL the node that leads the work queue instead of restarting the broker")
+	fs.DurationVar(&o.ClusterDown, "cluster-down", 10*time.Second, "with --cluster, how long the killed node stays down")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "log level of the ledger processes (debug shows every worker decision)")
 	fs.Func("set", "an extra `LEDGER_NAME=value` setting for the ledger processes (repeatable)", func(s string) error {
 		if !strings.HasPrefix(s, "LEDGER_") || !strings.Contains(s, "=") {
@@ -96,6 +103,11 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.Clients < 1 {
 		errs = append(errs, fmt.Errorf("--clients %d is below 1", o.Clients))
+	}
+	if o.Cluster != "" {
+		if _, err := os.Stat(o.Cluster); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster: %w", err))
+		}
 	}
 	if _, err := os.Stat(o.Ledger); err != nil {
 		errs = append(errs, fmt.Errorf("--ledger: %w (run make build)", err))

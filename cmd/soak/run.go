@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/domain"
 )
 
 // Pacing of the run.
@@ -214,6 +216,10 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 			go func() {
 				defer wg.Done()
 				defer close(rabbitDone)
+				if r.o.Cluster != "" {
+					r.chaos.killLeader(ctx, r.o.Cluster, r.env.topology().Work(webhook.Name, domain.PriorityNormal), r.o.ClusterDown)
+					return
+				}
 				r.chaos.restartRabbitMQ(ctx, r.env.amqpURL)
 			}()
 		}

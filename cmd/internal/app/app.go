@@ -114,7 +114,7 @@ func Build(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option)
 		return policy
 	}
 	a.topology = amqp.Topology{Prefix: cfg.AMQPPrefix, Channels: a.channels.Names(), Tiers: policy.Tiers(),
-		ChannelTiers: map[string][]time.Duration{}}
+		ChannelTiers: map[string][]time.Duration{}, QueueType: cfg.AMQPQueueType, DeliveryLimit: cfg.AMQPDeliveryLim}
 	for channel, p := range own {
 		a.topology.ChannelTiers[channel] = p.Tiers()
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/limit"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -59,6 +60,8 @@ type Config struct {
 	DatabaseMaxConns int
 	AMQPURL          string
 	AMQPPrefix       string
+	AMQPQueueType    string
+	AMQPDeliveryLim  int
 	HTTPAddr         string
 	MetricsAddr      string
 	APIKeys          string
@@ -129,9 +132,11 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	c.ConnectionFlags(fs)
 	fs.StringVar(&c.ConfigFile, "config", "", "YAML file of channels, their providers in order, per-channel retry and provider settings (empty: the webhook channel alone)")
 	fs.StringVar(&c.WebhookSecrets, "webhook-secrets", "", "tenant:whsec_... pairs signing each tenant's webhooks (Standard Webhooks); a tenant twice has two secrets (rotation)")
-	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL")
+	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL; a cluster's nodes as several URLs separated by commas (the ledger connects to the first that answers and moves to another when it goes away)")
 	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
+	fs.StringVar(&c.AMQPQueueType, "amqp-queue-type", amqp.QueueClassic, "type of every queue: classic, or quorum (replicated on a cluster; an existing queue cannot change type: use a new --amqp-prefix)")
+	fs.IntVar(&c.AMQPDeliveryLim, "amqp-delivery-limit", amqp.DefaultDeliveryLimit, "quorum work queues: deliveries of one message before it is dead-lettered (a message that crashes every consumer)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API listens on")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", defaultMetricsAddr, "address /metrics (Prometheus) is served on, by every role, apart from the API (off: not served)")
 	fs.DurationVar(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", defaultHTTPReadHeaderTimeout, "longest wait for a request's headers")
@@ -166,6 +171,15 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.AMQPPrefix == "" {
 		errs = append(errs, errors.New("--amqp-prefix is empty"))
+	}
+	if err := amqp.ValidateURLs(c.AMQPURL); err != nil {
+		errs = append(errs, fmt.Errorf("--amqp-url: %w", err))
+	}
+	if c.AMQPQueueType != amqp.QueueClassic && c.AMQPQueueType != amqp.QueueQuorum {
+		errs = append(errs, fmt.Errorf("--amqp-queue-type %q: want classic or quorum", c.AMQPQueueType))
+	}
+	if c.AMQPDeliveryLim < 1 {
+		errs = append(errs, fmt.Errorf("--amqp-delivery-limit %d is below 1", c.AMQPDeliveryLim))
 	}
 	if c.WorkerConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--worker-concurrency %d is below 1", c.WorkerConcurrency))

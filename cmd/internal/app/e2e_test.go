@@ -20,6 +20,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
 	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
@@ -148,7 +149,17 @@ func testConfig(t *testing.T, schema *pgtest.Schema) Config {
 	cfg.MaxAttempts = 3
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.LogLevel = "warn"
+	cfg.AMQPQueueType = testQueueType()
 	return cfg
+}
+
+// testQueueType is the queue type the suite runs on: LEDGER_TEST_AMQP_QUEUE_TYPE (make test runs
+// the end-to-end tests once more with quorum), classic by default.
+func testQueueType() string {
+	if qt := os.Getenv("LEDGER_TEST_AMQP_QUEUE_TYPE"); qt != "" {
+		return qt
+	}
+	return amqp.QueueClassic
 }
 
 // setupE2E starts a ledger with millisecond retry policies. roles defaults to all.

@@ -143,6 +143,7 @@ func traceEnv(schema *pgtest.Schema, prefix, receiver, service string) []string 
 		"LEDGER_DATABASE_URL=" + schema.URL,
 		"LEDGER_AMQP_URL=" + amqptest.URL(),
 		"LEDGER_AMQP_PREFIX=" + prefix,
+		"LEDGER_AMQP_QUEUE_TYPE=" + testQueueType(),
 		"LEDGER_API_KEYS=acme:acme-key",
 		"LEDGER_HTTP_ADDR=127.0.0.1:0",
 		"LEDGER_METRICS_ADDR=127.0.0.1:0",
@@ -175,7 +176,7 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	prefix := amqptest.Prefix()
 	// Declared here, so that it is deleted when the test ends, after the processes stopped.
 	policy := domain.RetryPolicy{Base: 20 * time.Millisecond, Cap: 80 * time.Millisecond, MaxAttempts: 3}
-	amqptest.Declare(t, amqp.Topology{Prefix: prefix, Channels: []string{"webhook"}, Tiers: policy.Tiers()})
+	amqptest.Declare(t, amqp.Topology{Prefix: prefix, Channels: []string{"webhook"}, Tiers: policy.Tiers(), QueueType: testQueueType()})
 
 	sink := newSink(t)
 	var received sync.Map // path → traceparent the provider call carried
