@@ -46,7 +46,7 @@ bench: build services ## the benchmark: raw baselines and the ledger, in one run
 
 SOAK_DELIVERIES ?= 2000
 
-.PHONY: soak soak-short soak-cluster
+.PHONY: soak soak-short soak-cluster soak-pg-failover
 
 soak: build services ## crash soak: webhooks and SMS; kills every role repeatedly, restarts RabbitMQ, kills an SMS provider; last line lost=N duplicates=N unknown=N
 	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) $(SOAK_FLAGS)
@@ -58,3 +58,8 @@ soak-cluster: build services ## the crash soak on a 3-node RabbitMQ cluster (scr
 	scripts/rabbitmq-cluster.sh start
 	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) --cluster scripts/rabbitmq-cluster.sh \
 		--amqp-url "$$(scripts/rabbitmq-cluster.sh urls)" $(SOAK_FLAGS); rc=$$?; scripts/rabbitmq-cluster.sh stop; exit $$rc
+
+soak-pg-failover: build ## the crash soak on a PostgreSQL primary and synchronous standby (scripts/pg-failover.sh, ports 5442-5443); two fifths in the primary is killed and the standby promoted (PG_FAILOVER_MODE=--async: asynchronous, to see what it loses)
+	scripts/pg-failover.sh start $(PG_FAILOVER_MODE)
+	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) --pg-failover scripts/pg-failover.sh \
+		--database-url "$$(scripts/pg-failover.sh url ledger_soak)" $(SOAK_FLAGS); rc=$$?; scripts/pg-failover.sh stop; exit $$rc

@@ -149,6 +149,26 @@ func (c *chaos) killLeader(ctx context.Context, script, queue string, down time.
 	c.say("chaos: node %s is back after %s", leader, end.Sub(start).Round(time.Millisecond))
 }
 
+// failOverDatabase kills the PostgreSQL primary (immediate shutdown) and promotes its standby,
+// as a failover manager would; the ledger's connections find the new primary through their
+// multi-host URL (target_session_attrs=read-write).
+func (c *chaos) failOverDatabase(ctx context.Context, script string) {
+	ctx = context.WithoutCancel(ctx)
+	start := time.Now()
+	c.say("chaos: PostgreSQL failover (the primary killed, the standby promoted)")
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	out, err := exec.CommandContext(cctx, script, "failover").CombinedOutput()
+	cancel()
+	if err != nil {
+		c.fail("PostgreSQL failover: %v: %s", err, strings.TrimSpace(string(out)))
+		return
+	}
+	end := time.Now()
+	c.record(incident{At: start, End: end, Kind: "pg-failover", Target: "postgresql",
+		Detail: "primary killed, standby promoted in " + end.Sub(start).Round(time.Millisecond).String()})
+	c.say("chaos: the standby is the primary after %s", end.Sub(start).Round(time.Millisecond))
+}
+
 // killTwilio kills the Twilio fake for good (see smsFakes), after reading its list of messages.
 func (c *chaos) killTwilio(ctx context.Context, fakes *smsFakes) {
 	killed, err := fakes.killTwilio(ctx)

@@ -52,6 +52,10 @@ type options struct {
 	// SIGKILLed halfway and restarted after ClusterDown.
 	Cluster     string
 	ClusterDown time.Duration
+	// PGFailover is scripts/pg-failover.sh when the soak runs on its primary and standby
+	// (--database-url their multi-host URL): two fifths in, the primary is killed and the
+	// standby promoted.
+	PGFailover string
 }
 
 func parseOptions(args []string) (options, error) {
@@ -71,6 +75,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.Keep, "keep", "never", "keep the schema, queues, process logs and sink record after the run: never, failed or always")
 	fs.StringVar(&o.Cluster, "cluster", "", "path of scripts/rabbitmq-cluster.sh: run on that cluster (--amqp-url its nodes) with quorum queues, and SIGKILL the node that leads the work queue instead of restarting the broker")
 	fs.DurationVar(&o.ClusterDown, "cluster-down", 10*time.Second, "with --cluster, how long the killed node stays down")
+	fs.StringVar(&o.PGFailover, "pg-failover", "", "path of scripts/pg-failover.sh: run on its primary and standby (--database-url their multi-host URL) and, two fifths in, kill the primary and promote the standby")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "log level of the ledger processes (debug shows every worker decision)")
 	fs.Func("set", "an extra `LEDGER_NAME=value` setting for the ledger processes (repeatable)", func(s string) error {
 		if !strings.HasPrefix(s, "LEDGER_") || !strings.Contains(s, "=") {
@@ -103,6 +108,11 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.Clients < 1 {
 		errs = append(errs, fmt.Errorf("--clients %d is below 1", o.Clients))
+	}
+	if o.PGFailover != "" {
+		if _, err := os.Stat(o.PGFailover); err != nil {
+			errs = append(errs, fmt.Errorf("--pg-failover: %w", err))
+		}
 	}
 	if o.Cluster != "" {
 		if _, err := os.Stat(o.Cluster); err != nil {

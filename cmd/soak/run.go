@@ -194,7 +194,7 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 		r.chaos.killLoop(kctx, r.o.KillEvery)
 	}()
 	n := int64(r.o.Deliveries)
-	terminated, rabbitStarted, twilioKilled := false, false, false
+	terminated, rabbitStarted, twilioKilled, failedOver := false, false, false, r.o.PGFailover == ""
 	rabbitDone := make(chan struct{})
 	var producedAt time.Time
 	tick := time.NewTicker(pollEvery)
@@ -209,6 +209,10 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 		if !terminated && accepted >= n/4 {
 			terminated = true
 			r.chaos.terminateConnections(ctx, r.env.pool)
+		}
+		if !failedOver && accepted >= n*2/5 {
+			failedOver = true
+			r.chaos.failOverDatabase(ctx, r.o.PGFailover)
 		}
 		if !rabbitStarted && accepted >= n/2 {
 			rabbitStarted = true
@@ -255,7 +259,7 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 	}
 	stopKills()
 	wg.Wait()
-	if !terminated || !rabbitStarted || !twilioKilled {
+	if !terminated || !rabbitStarted || !twilioKilled || !failedOver {
 		r.chaos.fail("the run ended before the planned database, broker and provider disturbances")
 	}
 	r.say("chaos over: %s", r.killSummary())
