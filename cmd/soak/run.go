@@ -50,7 +50,10 @@ type runner struct {
 	features features
 	sink     *sink
 	api      string
-	procs    []*process
+	// api2 is the second API process's address (--twice), which the DLQ replays go to.
+	api2    string
+	procs   []*process
+	sampler *checkpointSampler
 	// fakes are the SMS providers; not in procs, so the kill loop leaves them alone.
 	fakes    *smsFakes
 	producer *producer
@@ -131,15 +134,28 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	r.say("SMS over the Twilio fake on %s, then the Vonage fake on %s; ledger config check %s", r.fakes.twilioAddr, r.fakes.vonageAddr, lastLine(described))
 
 	roles := [][2]string{{"api", "api"}, {"relay", "relay"}, {"worker-1", "worker"}, {"worker-2", "worker"}, {"reconciler", "reconciler"}}
+	if r.o.Twice {
+		roles = append(roles, [2]string{"api-2", "api"}, [2]string{"relay-2", "relay"}, [2]string{"reconciler-2", "reconciler"})
+	}
 	if r.features.projector {
 		roles = append(roles, [2]string{"projector", "projector"})
+		if r.o.Twice {
+			roles = append(roles, [2]string{"projector-2", "projector"})
+		}
 	} else {
 		r.say("this ledger has no projector role: the status view check compares the API with a fresh fold")
 	}
 	for _, nr := range roles {
-		listen := "127.0.0.1:0" // only the API process listens on the soak's address
-		if nr[1] == "api" {
+		listen := "127.0.0.1:0" // only the API processes listen on the soak's addresses
+		switch nr[0] {
+		case "api":
 			listen = addr
+		case "api-2":
+			a2, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			listen, r.api2 = a2, "http://"+a2
 		}
 		r.procs = append(r.procs, newProcess(r.o.Ledger, r.env.dir, nr[0], []string{"serve", "--roles", nr[1]}, ledgerEnv(r.env, listen, r.o)))
 	}
@@ -152,9 +168,17 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		r.printLogs()
 		return nil, err
 	}
+	replayAPI := r.api
+	if r.api2 != "" {
+		if err := waitHealthy(ctx, r.api2); err != nil {
+			r.printLogs()
+			return nil, err
+		}
+		replayAPI = r.api2
+	}
 
 	r.tracker = newTracker(postgres.NewEventStore(r.env.pool))
-	r.replayer = newReplayer(r.api)
+	r.replayer = newReplayer(replayAPI)
 	r.replaying = r.replayer.supported(ctx)
 	r.tracker.replaying = r.replaying
 	replayCtx, stopReplays := context.WithCancel(ctx)
@@ -171,6 +195,12 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		defer close(produced)
 		r.producer.produce(ctx)
 	}()
+	if r.o.Twice {
+		r.sampler = &checkpointSampler{}
+		sctx, stopSampling := context.WithCancel(ctx)
+		defer stopSampling()
+		go r.sampler.run(sctx, r.env.pool)
+	}
 	r.runChaos(ctx, produced)
 	<-produced
 	r.waitSettled(ctx)
@@ -338,10 +368,10 @@ func (r *runner) killSummary() string {
 func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	var api, projector, rest []*process
 	for _, p := range r.procs {
-		switch p.name {
-		case "api":
+		switch {
+		case strings.HasPrefix(p.name, "api"):
 			api = append(api, p)
-		case "projector":
+		case strings.HasPrefix(p.name, "projector"):
 			projector = append(projector, p)
 		default:
 			rest = append(rest, p)
@@ -406,6 +436,15 @@ func (r *runner) report(v *verdict, ev evidence) {
 	for _, in := range ev.incidents {
 		if in.Kind != "kill" {
 			r.say("incident %s at %.1fs %s", in.Kind, in.At.Sub(r.started).Seconds(), in.Detail)
+		}
+	}
+	if r.o.Twice {
+		relays, median := relayHandovers(ev.incidents, ev.streams)
+		r.say("handover, relay (two running): worst accepted → queued in the %s after each relay kill: %s (median over the run %s)",
+			relayWindow, describeDurations(relays), median.Round(time.Millisecond))
+		if r.sampler != nil {
+			r.say("handover, projector (two running): status checkpoint still after each projector kill with events to apply: %s (%d samples)",
+				describeDurations(r.sampler.projectorHandovers(ev.incidents)), r.sampler.count())
 		}
 	}
 	r.say("producer: accepted=%d retries=%d replayed=%d (answers repeated for a key already accepted)",
