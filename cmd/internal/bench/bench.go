@@ -74,7 +74,11 @@ type Report struct {
 	LatencyMS    map[string]float64 `json:"latency_ms"`
 	Throughput   map[string]float64 `json:"throughput_per_s"`
 	Counts       map[string]int     `json:"counts"`
-	Targets      []benchTarget      `json:"targets"`
+	// CPUPerDelivery is the CPU milliseconds per delivery of each component, by phase (see
+	// cpuTimes); BytesPerDelivery what each table keeps per delivery after the sustained run.
+	CPUPerDelivery   map[string]float64 `json:"cpu_ms_per_delivery"`
+	BytesPerDelivery map[string]float64 `json:"bytes_per_delivery"`
+	Targets          []benchTarget      `json:"targets"`
 	// Samples keeps latency distributions (ms) for the chart.
 	Samples map[string][]float64 `json:"-"`
 }

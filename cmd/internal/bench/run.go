@@ -31,14 +31,16 @@ var baselineData = fmt.Sprintf(`{"channel":%q,"recipient":"http://127.0.0.1/hook
 // Run measures the ledger against raw baselines taken in the same run.
 func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Report, error) {
 	rep := &Report{
-		StartedAt:  time.Now().UTC(),
-		Quick:      opts.Quick,
-		Ratios:     map[string]float64{},
-		LatencyMS:  map[string]float64{},
-		Throughput: map[string]float64{},
-		Counts:     map[string]int{},
-		Samples:    map[string][]float64{},
-		Machine:    benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
+		StartedAt:        time.Now().UTC(),
+		Quick:            opts.Quick,
+		Ratios:           map[string]float64{},
+		LatencyMS:        map[string]float64{},
+		Throughput:       map[string]float64{},
+		Counts:           map[string]int{},
+		CPUPerDelivery:   map[string]float64{},
+		BytesPerDelivery: map[string]float64{},
+		Samples:          map[string][]float64{},
+		Machine:          benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
 	}
 	sink, err := startBenchSink()
 	if err != nil {
@@ -187,9 +189,14 @@ func benchRate(ctx context.Context, base app.Config, opts Options, rep *Report, 
 		return err
 	}
 	defer fixed.stop(base)
+	cpuFrom := readCPU()
 	lat, counts, err := benchFixedRate(ctx, fixed, sink.url, opts.Rate, opts.RateFor, func() { measuring.Store(true) })
 	if err != nil {
 		return err
+	}
+	if m := perDelivery(rep, fmt.Sprintf("at_%d", opts.Rate), cpuFrom, readCPU(), counts["sent"]); m != nil {
+		benchLog(out, "CPU per delivery at %d/s: ledger (with the load generator) %.2f ms, PostgreSQL %.2f ms, RabbitMQ %.2f ms, total %.2f ms",
+			opts.Rate, m["ledger_and_load"], m["postgres"], m["rabbitmq"], m["total"])
 	}
 	for k, v := range counts {
 		rep.Counts[fmt.Sprintf("rate_%s", k)] = v
@@ -219,6 +226,7 @@ func benchE2E(ctx context.Context, base app.Config, opts Options, rep *Report, m
 		return err
 	}
 	defer e2e.stop(base)
+	cpuFrom := readCPU()
 	sent, delivered, window, err := benchSustained(ctx, e2e, sink, opts.Phase*2)
 	if err != nil {
 		return err
@@ -234,6 +242,28 @@ func benchE2E(ctx context.Context, base app.Config, opts Options, rep *Report, m
 	balance, err := benchBalance(ctx, e2e, sent, 60*time.Second)
 	if err != nil {
 		return err
+	}
+	if m := perDelivery(rep, "sustained", cpuFrom, readCPU(), sent); m != nil {
+		benchLog(out, "CPU per delivery, sustained: ledger (with the load generator) %.2f ms, PostgreSQL %.2f ms, RabbitMQ %.2f ms, total %.2f ms",
+			m["ledger_and_load"], m["postgres"], m["rabbitmq"], m["total"])
+	}
+	// The views the projector would keep for them (the sustained run has no projector: it
+	// would compete for the two cores), built now, after the CPU was read.
+	if runner, err := projections.NewRunner(e2e.pool, postgres.NewEventStore(e2e.pool), projections.All(), projections.RunnerConfig{}); err == nil {
+		if err := runner.CatchUp(ctx); err != nil {
+			benchLog(out, "project the sustained run: %v", err)
+		}
+	}
+	if err := storagePerDelivery(ctx, rep, e2e.pool, e2e.schema, sent); err != nil {
+		benchLog(out, "storage per delivery: %v", err)
+	} else {
+		var parts []string
+		for _, t := range []string{"events", "status_view", "dlq_view", "counters_view", "accept_requests", "notification_payloads"} {
+			if b, ok := rep.BytesPerDelivery[t]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.0f", t, b))
+			}
+		}
+		benchLog(out, "bytes kept per delivery after the sustained run: %s", strings.Join(parts, ", "))
 	}
 	benchStages(ctx, e2e, "sustained", rep, out)
 	for k, v := range balance {

@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTimes is the CPU (user + system) spent so far by the benchmark's own process (the ledger
+// under test, with the load generator and the sink: an upper bound for the ledger alone), by
+// every PostgreSQL process and by every RabbitMQ (beam.smp) process of the machine.
+type cpuTimes struct {
+	self, postgres, rabbitmq time.Duration
+}
+
+func readCPU() cpuTimes {
+	var c cpuTimes
+	c.self, _ = procCPU("/proc/self/stat")
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		comm, t := procComm(f)
+		switch comm {
+		case "postgres":
+			c.postgres += t
+		case "beam.smp":
+			c.rabbitmq += t
+		}
+	}
+	return c
+}
+
+func procCPU(path string) (time.Duration, bool) {
+	_, t := procComm(path)
+	return t, t > 0
+}
+
+// procComm reads a process's name and its user + system time from its stat file.
+func procComm(path string) (string, time.Duration) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "", 0
+	}
+	fields := strings.Fields(s[end+1:]) // state is fields[0]: utime and stime are fields 11, 12
+	if len(fields) < 13 {
+		return "", 0
+	}
+	u, _ := strconv.ParseInt(fields[11], 10, 64)
+	st, _ := strconv.ParseInt(fields[12], 10, 64)
+	return s[open+1 : end], time.Duration(u+st) * clockTick
+}
+
+// perDelivery records the CPU spent between from and to per delivery, in milliseconds, under
+// phase in rep.CPUPerDelivery.
+func perDelivery(rep *Report, phase string, from, to cpuTimes, deliveries int) map[string]float64 {
+	if deliveries <= 0 {
+		return nil
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(deliveries) }
+	m := map[string]float64{
+		"ledger_and_load": ms(to.self - from.self),
+		"postgres":        ms(to.postgres - from.postgres),
+		"rabbitmq":        ms(to.rabbitmq - from.rabbitmq),
+	}
+	m["total"] = m["ledger_and_load"] + m["postgres"] + m["rabbitmq"]
+	for k, v := range m {
+		rep.CPUPerDelivery[phase+"_"+k] = v
+	}
+	return m
+}
+
+// storagePerDelivery records what each table of schema keeps per delivery, in bytes (table,
+// indexes and TOAST), in rep.BytesPerDelivery.
+func storagePerDelivery(ctx context.Context, rep *Report, pool *pgxpool.Pool, schema string, deliveries int) error {
+	if deliveries <= 0 {
+		return nil
+	}
+	rows, err := pool.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, schema)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var size int64
+		if err := rows.Scan(&name, &size); err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, "watermill_offsets") || name == "schema_migrations" {
+			continue
+		}
+		rep.BytesPerDelivery[name] = float64(size) / float64(deliveries)
+	}
+	return rows.Err()
+}
