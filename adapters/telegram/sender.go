@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -24,9 +23,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/deliveryledger/ledger/adapters/peer"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/tracing"
@@ -45,9 +43,6 @@ const (
 	// API's JSON) goes into the history: Telegram's are one short sentence; a proxy's HTML
 	// error page is cut to its start.
 	maxDescription = 256
-	// maxResponseHeaderBytes is far below net/http's 1 MiB default: the Bot API sends a few
-	// short headers.
-	maxResponseHeaderBytes = 64 << 10
 	// MaxRetryAfter caps the wait Telegram can ask for: retry_after is input from a peer, and
 	// without a cap a wrong value would park a delivery for years. The retry policy applies its
 	// own, usually smaller, bound (domain.RetryPolicy.RetryAfterMax).
@@ -56,8 +51,6 @@ const (
 	// Pooling: every call of a bot goes to one host, up to ProviderRate a second, so keep
 	// enough idle connections to skip a TCP and TLS handshake per call.
 	maxIdleConnsPerHost = 64
-	idleConnTimeout     = 90 * time.Second
-	tcpKeepAlive        = 30 * time.Second
 
 	// userAgent identifies the ledger in the logs of a self-hosted Bot API server or proxy.
 	userAgent = "deliveryledger-telegram/1"
@@ -89,19 +82,7 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("telegram config: base_url: not a URL")
 	}
-	dialer := &net.Dialer{KeepAlive: tcpKeepAlive}
-	transport := &http.Transport{
-		// The destination is fixed by the operator, so a proxy cannot be an SSRF detour, and
-		// bots often run where only an egress proxy reaches the internet. Loopback base URLs
-		// (tests, a local Bot API server) never go through one.
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           maxIdleConnsPerHost,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
-		IdleConnTimeout:        idleConnTimeout,
-		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-	}
+	transport := peer.Transport(maxIdleConnsPerHost)
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
@@ -380,7 +361,7 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
-		Err:        printable(s.redact(errText)),
+		Err:        peer.Printable(s.redact(errText)),
 	}
 	o.Class = domain.ClassOf(kind)
 	return o
@@ -389,42 +370,14 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 // redact removes every spelling of the token from text. The messages above are built not to
 // contain it; this is the net under them, for texts that come from elsewhere (an error of
 // net/http, a proxy's error page that echoes the request line).
-func (s *Sender) redact(text string) string {
-	for _, secret := range s.secrets {
-		text = strings.ReplaceAll(text, secret, "[token]")
-	}
-	return text
-}
+func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[token]") }
 
 // peerText prepares a text the peer wrote for the history: without the token (before it is cut,
 // so that no half of it survives the cut), at most maxDescription bytes.
 func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
-func clip(text string) string {
-	if len(text) <= maxDescription {
-		return text
-	}
-	cut := maxDescription
-	for cut > 0 && !utf8.RuneStart(text[cut]) {
-		cut--
-	}
-	return text[:cut] + "…"
-}
-
-// printable turns peer-controlled text into a single line of valid UTF-8 for the history and
-// for logs: control characters, line and paragraph separators and bidirectional controls could
-// forge lines or disguise what a reader sees.
-func printable(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp, unicode.Bidi_Control) {
-			return ' '
-		}
-		return r
-	}, s)
-	return strings.TrimSpace(s)
-}
+func clip(text string) string { return peer.Clip(text, maxDescription) }
 
 // withoutToken renders a Bot API URL for a trace: the method's path with the bot's token
 // replaced, since a trace backend is no place for a credential. A URL of another shape is

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/peer"
 	"github.com/deliveryledger/ledger/commands"
 )
 
@@ -47,7 +48,7 @@ func (s *Sender) Lookup(ctx context.Context, q commands.LookupQuery) (commands.R
 // fetch reads one message by its sid.
 func (s *Sender) fetch(ctx context.Context, q commands.LookupQuery) (commands.Receipt, error) {
 	if !messageSID.MatchString(q.OperationID) {
-		return commands.Receipt{}, fmt.Errorf("twilio lookup: %q is not a message sid", printable(clip(q.OperationID)))
+		return commands.Receipt{}, fmt.Errorf("twilio lookup: %q is not a message sid", peer.Printable(clip(q.OperationID)))
 	}
 	target := s.base + "/" + apiVersion + "/Accounts/" + s.accountSID + "/Messages/" + q.OperationID + ".json"
 	status, answer, err := s.get(ctx, target, maxResponseRead)
@@ -206,12 +207,12 @@ func (s *Sender) get(ctx context.Context, target string, limit int) (int, []byte
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, printable(s.redact(transportCause(err).Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, peer.Printable(s.redact(transportCause(err).Error())))
 	}
 	answer, readErr := readBounded(resp.Body, limit)
 	_ = resp.Body.Close()
 	if readErr != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, printable(s.redact(readErr.Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, peer.Printable(s.redact(readErr.Error())))
 	}
 	return resp.StatusCode, answer, nil
 }
@@ -233,7 +234,7 @@ func (s *Sender) answerError(what string, status int, answer []byte) error {
 
 // receiptOf reads a message resource as a receipt.
 func (s *Sender) receiptOf(m apiMessage, deliveryID string) commands.Receipt {
-	code := printable(clip(string(m.ErrorCode)))
+	code := peer.Printable(clip(string(m.ErrorCode)))
 	status, what := receiptStatus(m.Status, code)
 	detail := s.peerText(m.ErrorMessage)
 	if detail == "" {

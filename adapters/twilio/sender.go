@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -27,9 +26,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/deliveryledger/ledger/adapters/peer"
 	"github.com/deliveryledger/ledger/adapters/sms"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -50,9 +48,6 @@ const (
 	// maxDescription is how much of a text Twilio (or whatever answers in its place) wrote goes
 	// into the history: Twilio's messages are one sentence; a proxy's HTML page is cut.
 	maxDescription = 256
-	// maxResponseHeaderBytes is far below net/http's 1 MiB default: Twilio sends a few short
-	// headers.
-	maxResponseHeaderBytes = 64 << 10
 	// MaxRetryAfter caps a Retry-After a 429 may carry: it is input from a peer (Twilio itself
 	// sends none; a gateway may), and without a cap a wrong value would park a delivery for
 	// years. The retry policy applies its own bound (domain.RetryPolicy.RetryAfterMax).
@@ -61,8 +56,6 @@ const (
 	// Pooling: every call of an account goes to one host, up to sms.ProviderConcurrency at
 	// once, so keep that many idle connections to skip a TCP and TLS handshake per call.
 	maxIdleConnsPerHost = sms.ProviderConcurrency
-	idleConnTimeout     = 90 * time.Second
-	tcpKeepAlive        = 30 * time.Second
 
 	// userAgent identifies the ledger in the logs of a gateway or proxy.
 	userAgent = "deliveryledger-twilio/1"
@@ -110,19 +103,7 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("twilio config: base_url: not a URL")
 	}
-	dialer := &net.Dialer{KeepAlive: tcpKeepAlive}
-	transport := &http.Transport{
-		// The destination is fixed by the operator, so a proxy cannot be an SSRF detour, and
-		// senders often run where only an egress proxy reaches the internet. Loopback base
-		// URLs (tests, `ledger sink`) never go through one.
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           maxIdleConnsPerHost,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
-		IdleConnTimeout:        idleConnTimeout,
-		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-	}
+	transport := peer.Transport(maxIdleConnsPerHost)
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
@@ -428,47 +409,19 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
-		Err:        printable(s.redact(errText)),
+		Err:        peer.Printable(s.redact(errText)),
 	}
 }
 
 // redact removes every spelling of the auth token from text. The messages above are built not
 // to contain it; this is the net under them, for texts that come from elsewhere (an error of
 // net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string {
-	for _, secret := range s.secrets {
-		text = strings.ReplaceAll(text, secret, "[auth token]")
-	}
-	return text
-}
+func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[auth token]") }
 
 // peerText prepares a text the peer wrote for the history: without the auth token (before it is
 // cut, so that no half of it survives the cut), on one printable line, at most maxDescription
 // bytes.
-func (s *Sender) peerText(text string) string { return clip(printable(s.redact(text))) }
+func (s *Sender) peerText(text string) string { return clip(peer.Printable(s.redact(text))) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
-func clip(text string) string {
-	if len(text) <= maxDescription {
-		return text
-	}
-	cut := maxDescription
-	for cut > 0 && !utf8.RuneStart(text[cut]) {
-		cut--
-	}
-	return text[:cut] + "…"
-}
-
-// printable turns peer-controlled text into a single line of valid UTF-8 for the history and
-// for logs: control characters, line and paragraph separators and bidirectional controls could
-// forge lines or disguise what a reader sees.
-func printable(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp, unicode.Bidi_Control) {
-			return ' '
-		}
-		return r
-	}, s)
-	return strings.TrimSpace(s)
-}
+func clip(text string) string { return peer.Clip(text, maxDescription) }

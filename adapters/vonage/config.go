@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/deliveryledger/ledger/adapters/peer"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -129,7 +131,7 @@ func (c Config) Validate() error {
 	case c.From == "":
 		problems = append(problems, errors.New("from is required (a Vonage number in E.164, or an alphanumeric sender id)"))
 	case !validSender(c.From):
-		problems = append(problems, fmt.Errorf("from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", printable(clip(c.From))))
+		problems = append(problems, fmt.Errorf("from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", peer.Printable(clip(c.From))))
 	}
 	if c.Callback != "" || c.CallbackToken != "" {
 		problems = append(problems, c.checkCallback()...)
@@ -141,7 +143,7 @@ func (c Config) Validate() error {
 	case "", DeliveredOnReceipt, DeliveredOnAccept:
 	default:
 		problems = append(problems, fmt.Errorf("delivered_on %q: want %s (wait for the delivery receipt) or %s (count Vonage's acceptance as delivered)",
-			printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
+			peer.Printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
 	}
 	return errors.Join(problems...)
 }

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -31,9 +30,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/deliveryledger/ledger/adapters/peer"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/tracing"
@@ -50,9 +48,6 @@ const (
 	// maxPeerText is how much of Vonage's error-text (or of a body that is not the SMS API's
 	// JSON) goes into the history: Vonage's are a few words; a proxy's HTML page is cut.
 	maxPeerText = 256
-	// maxResponseHeaderBytes is far below net/http's 1 MiB default: the SMS API sends a few
-	// short headers.
-	maxResponseHeaderBytes = 64 << 10
 	// MaxRetryAfter caps the wait a 429's Retry-After can ask for: it is input from a peer (a
 	// proxy in front of the API; the SMS API itself signals throttling with status 1).
 	MaxRetryAfter = time.Hour
@@ -60,8 +55,6 @@ const (
 	// Pooling: every call goes to one host, so keep enough idle connections to skip a TCP and
 	// TLS handshake per call (Vonage recommends keep-alive to reach the account's throughput).
 	maxIdleConnsPerHost = 64
-	idleConnTimeout     = 90 * time.Second
-	tcpKeepAlive        = 30 * time.Second
 
 	// userAgent identifies the ledger in the logs of a proxy.
 	userAgent = "deliveryledger-vonage/1"
@@ -103,18 +96,7 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("vonage config: base_url: not a URL")
 	}
-	dialer := &net.Dialer{KeepAlive: tcpKeepAlive}
-	transport := &http.Transport{
-		// The destination is fixed by the operator, so a proxy cannot be an SSRF detour, and
-		// workers often run where only an egress proxy reaches the internet.
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           maxIdleConnsPerHost,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
-		IdleConnTimeout:        idleConnTimeout,
-		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-	}
+	transport := peer.Transport(maxIdleConnsPerHost)
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
@@ -391,7 +373,7 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 	m := api.Messages[refused]
 	status := string(*m.Status)
 	st := statusOf(status)
-	text := fmt.Sprintf("Vonage refused the message: status %s %s", printable(clip(status)), st.meaning)
+	text := fmt.Sprintf("Vonage refused the message: status %s %s", peer.Printable(clip(status)), st.meaning)
 	if m.ErrorText != "" {
 		text += ": " + s.peerText(string(m.ErrorText))
 	}
@@ -401,10 +383,10 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		// with part of the text. An operator decides.
 		kind = domain.OutcomeUnknown
 		text = fmt.Sprintf("Vonage accepted %d of the %d parts of the message and refused part %d (status %s %s); the recipient may have part of it",
-			len(accepted), len(api.Messages), refused+1, printable(clip(status)), st.meaning)
+			len(accepted), len(api.Messages), refused+1, peer.Printable(clip(status)), st.meaning)
 	}
 	o := s.outcome(kind, code, latency, text)
-	o.ProviderCode = printable(clip(status))
+	o.ProviderCode = peer.Printable(clip(status))
 	o.ProviderFault = st.providerFault
 	if len(accepted) > 0 {
 		o.ProviderOperationID = accepted[0]
@@ -507,46 +489,18 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
-		Err:        printable(s.redact(errText)),
+		Err:        peer.Printable(s.redact(errText)),
 	}
 }
 
 // redact removes every spelling of the secrets from text. The messages above are built not to
 // contain them; this is the net under them, for texts that come from elsewhere (an error of
 // net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string {
-	for _, secret := range s.secrets {
-		text = strings.ReplaceAll(text, secret, "[redacted]")
-	}
-	return text
-}
+func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[redacted]") }
 
 // peerText prepares a text the peer wrote for the history: without the secrets (before it is
 // cut, so that no half of one survives the cut), at most maxPeerText bytes.
 func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxPeerText bytes, cut on a character boundary.
-func clip(text string) string {
-	if len(text) <= maxPeerText {
-		return text
-	}
-	cut := maxPeerText
-	for cut > 0 && !utf8.RuneStart(text[cut]) {
-		cut--
-	}
-	return text[:cut] + "…"
-}
-
-// printable turns peer-controlled text into a single line of valid UTF-8 for the history and
-// for logs: control characters, line and paragraph separators and bidirectional controls could
-// forge lines or disguise what a reader sees.
-func printable(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp, unicode.Bidi_Control) {
-			return ' '
-		}
-		return r
-	}, s)
-	return strings.TrimSpace(s)
-}
+func clip(text string) string { return peer.Clip(text, maxPeerText) }
