@@ -133,11 +133,9 @@ func Setup(ctx context.Context, extra ...attribute.KeyValue) (Settings, func(con
 		return s, noop, fmt.Errorf("trace resource: %w", err)
 	}
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	otel.SetTracerProvider(provider)
-	otel.SetTextMapPropagator(propagator)
-	enabled.Store(true)
+	restore := Install(provider)
 	return s, func(ctx context.Context) error {
-		enabled.Store(false)
+		restore()
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		return provider.Shutdown(ctx)
@@ -203,16 +201,14 @@ func WithParent(ctx context.Context, traceparent string) context.Context {
 // span that records nothing, without allocating.
 func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !Enabled() {
-		return ctx, noopSpan
+		return ctx, NoSpan
 	}
 	return Tracer().Start(ctx, name, opts...)
 }
 
-var noopSpan = trace.SpanFromContext(context.Background())
-
 // NoSpan is a span that records nothing: what a hot path holds while tracing is off, so that it
 // builds no span name or attributes (allocations) behind an Enabled check.
-var NoSpan = noopSpan
+var NoSpan = trace.SpanFromContext(context.Background())
 
 // Fail marks span as failed with err (nothing when err is nil).
 func Fail(span trace.Span, err error) {
@@ -223,12 +219,27 @@ func Fail(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
+// Links links to the span in the context of each item that has one (ctx picks it), or is nil
+// while tracing is off: the links of a span shared by several callers (see StartLinked).
+func Links[T any](items []T, ctx func(T) context.Context) []trace.Link {
+	if !Enabled() {
+		return nil
+	}
+	var links []trace.Link
+	for _, it := range items {
+		if sc := trace.SpanContextFromContext(ctx(it)); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
+}
+
 // StartLinked starts a span of its own trace for work done on behalf of the spans links names
 // (a shared commit of many requests), linked to each of them; with no traced span among them it
 // starts none.
 func StartLinked(name string, links []trace.Link, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !Enabled() || len(links) == 0 {
-		return context.Background(), noopSpan
+		return context.Background(), NoSpan
 	}
 	return Tracer().Start(context.Background(), name, append(opts, trace.WithLinks(links...), trace.WithNewRoot())...)
 }

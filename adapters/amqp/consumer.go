@@ -215,7 +215,7 @@ var verdictKey = attribute.Key("ledger.verdict")
 // for a replayed delivery's message, linked to the operator's request that replayed it).
 func (c *Consumer) processSpan(ctx context.Context, msg *message.Message, redelivered bool) (context.Context, trace.Span) {
 	if !tracing.Enabled() || msg.Metadata.Get(tracing.MetaTraceparent) == "" {
-		return ctx, noSpan
+		return ctx, tracing.NoSpan
 	}
 	ctx = tracing.Extract(ctx, msg.Metadata)
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(

@@ -166,7 +166,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // headers for the consumer to continue. An untraced message gets no span.
 func publishSpan(queue string, m *message.Message) trace.Span {
 	if !tracing.Enabled() || m.Metadata.Get(tracing.MetaTraceparent) == "" {
-		return noSpan
+		return tracing.NoSpan
 	}
 	ctx := tracing.Extract(context.Background(), m.Metadata)
 	ctx, span := tracing.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
@@ -176,8 +176,6 @@ func publishSpan(queue string, m *message.Message) trace.Span {
 	tracing.Inject(ctx, m.Metadata)
 	return span
 }
-
-var noSpan = trace.SpanFromContext(context.Background())
 
 // Flush waits for the confirms of everything published since the last Flush and runs
 // OnConfirmed for each message. An error means the batch must not be acknowledged: some message

@@ -139,7 +139,7 @@ func (b *AcceptBatcher) commit(batch []*acceptCall) {
 		return
 	}
 	ctx, span := context.Background(), tracing.NoSpan
-	if links := callerLinks(live); len(links) > 0 {
+	if links := tracing.Links(live, func(c *acceptCall) context.Context { return c.ctx }); len(links) > 0 {
 		ctx, span = tracing.StartLinked("accept: group commit", links, trace.WithAttributes(tracing.BatchSize.Int(len(live))))
 	}
 	defer span.End()
@@ -156,20 +156,6 @@ func (b *AcceptBatcher) commit(batch []*acceptCall) {
 		answers[i].commit = span.SpanContext()
 		c.done <- answers[i]
 	}
-}
-
-// callerLinks links a shared commit's span to the wait span of every request it serves.
-func callerLinks(calls []*acceptCall) []trace.Link {
-	if !tracing.Enabled() {
-		return nil
-	}
-	links := make([]trace.Link, 0, len(calls))
-	for _, c := range calls {
-		if sc := trace.SpanContextFromContext(c.ctx); sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc})
-		}
-	}
-	return links
 }
 
 func (b *AcceptBatcher) commitShared(ctx context.Context, calls []*acceptCall) ([]acceptAnswer, error) {

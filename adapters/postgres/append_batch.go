@@ -115,13 +115,7 @@ func (b *AppendBatcher) load(batch []*loadCall) {
 		return
 	}
 	ctx, span := context.Background(), tracing.NoSpan
-	if tracing.Enabled() {
-		var links []trace.Link
-		for _, c := range live {
-			if sc := trace.SpanContextFromContext(c.ctx); sc.IsValid() {
-				links = append(links, trace.Link{SpanContext: sc})
-			}
-		}
+	if links := tracing.Links(live, func(c *loadCall) context.Context { return c.ctx }); len(links) > 0 {
 		ctx, span = tracing.StartLinked("load: shared read", links, trace.WithAttributes(tracing.BatchSize.Int(len(live))))
 	}
 	streams, err := b.store.LoadMany(ctx, ids)
@@ -249,16 +243,12 @@ const maxBatchRounds = 3
 func (b *AppendBatcher) write(calls []*appendCall) (err error) {
 	var events []domain.Event
 	var outbox []commands.OutboxMessage
-	var links []trace.Link
 	for _, c := range calls {
 		events = append(events, c.events...)
 		outbox = append(outbox, c.outbox...)
-		if sc := trace.SpanContextFromContext(c.ctx); sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc})
-		}
 	}
 	ctx, span := context.Background(), tracing.NoSpan
-	if len(links) > 0 {
+	if links := tracing.Links(calls, func(c *appendCall) context.Context { return c.ctx }); len(links) > 0 {
 		ctx, span = tracing.StartLinked("append: group commit", links, trace.WithAttributes(tracing.BatchSize.Int(len(calls))))
 	}
 	defer func() {
