@@ -538,8 +538,11 @@ func (s *Server) sendReceipts(m Message, plan receiptPlan) {
 			if pr.twice {
 				copies = 2
 			}
+			// One receipt has one time: its copies and its tries carry the same timestamps, as a
+			// repeated DLR from Vonage does.
+			at := time.Now().UTC()
 			for range copies {
-				if !s.deliverReceipt(ctx, m, pr.dlr, rec, plan) {
+				if !s.deliverReceipt(ctx, m, pr.dlr, rec, plan, at) {
 					return
 				}
 			}
@@ -551,7 +554,7 @@ func (s *Server) sendReceipts(m Message, plan receiptPlan) {
 // or 5xx or does not answer, on a shortened schedule (receiptRetryFirst doubling up to
 // receiptRetryMax, receiptTries tries in all, where Vonage starts at 5 seconds and goes on for
 // 24 hours). It reports false when the server is closing.
-func (s *Server) deliverReceipt(ctx context.Context, m Message, d DLR, rec Receipt, plan receiptPlan) bool {
+func (s *Server) deliverReceipt(ctx context.Context, m Message, d DLR, rec Receipt, plan receiptPlan, at time.Time) bool {
 	wait := receiptRetryFirst
 	for try := 1; ; try++ {
 		if ctx.Err() != nil {
@@ -559,7 +562,7 @@ func (s *Server) deliverReceipt(ctx context.Context, m Message, d DLR, rec Recei
 		}
 		sent := rec
 		sent.Try = try
-		sent.HTTPStatus, sent.Err = s.postReceipt(ctx, m, d, plan.method)
+		sent.HTTPStatus, sent.Err = s.postReceipt(ctx, m, d, plan.method, at)
 		s.record(sent)
 		if sent.Err != "" {
 			s.logf("could not send the %s receipt of message %s to %s (try %d): %s", rec.Status, m.MessageID, callbackName(m.Callback), try, sent.Err)
@@ -589,9 +592,8 @@ func (s *Server) record(r Receipt) {
 }
 
 // postReceipt sends one receipt with Vonage's DLR parameters and returns the callback's HTTP
-// status, or why there was none.
-func (s *Server) postReceipt(ctx context.Context, m Message, d DLR, method string) (int, string) {
-	now := time.Now().UTC()
+// status, or why there was none. at is the receipt's time, in scts and message-timestamp.
+func (s *Server) postReceipt(ctx context.Context, m Message, d DLR, method string, now time.Time) (int, string) {
 	fields := map[string]string{
 		"msisdn":            m.To,
 		"to":                m.From,
