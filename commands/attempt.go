@@ -57,7 +57,8 @@ func (v Verdict) String() string {
 }
 
 // Limiter is the backpressure the attempt asks before calling a provider: a concurrency cap and
-// a token bucket per provider and per destination. The answer never blocks.
+// a token bucket per provider and per destination. The answer comes at once or after a short,
+// bounded wait for a slot (a tenth of a second by default), never after a provider's latency.
 type Limiter interface {
 	// Acquire asks whether a call of provider to destination may start now. When ok, the call
 	// holds its slot until release is called (exactly once; a second call does nothing). When
@@ -330,10 +331,10 @@ type call struct {
 	ch    *Channel
 	msg   WorkMessage
 	index int
-	// done reports to the current provider's breaker; release frees its limit slots.
-	done     func(BreakerResult)
-	releases []func()
-	tried    []domain.ProviderTry
+	// done reports to the current provider's breaker; slot frees the limit slots of its call.
+	done  func(BreakerResult)
+	slot  func()
+	tried []domain.ProviderTry
 }
 
 func (c *call) sender() Sender { return c.ch.Providers[c.index] }
@@ -368,7 +369,7 @@ func (c *call) next(from int) (wait time.Duration, reason string, ok bool) {
 				}
 				return retryIn, why, false
 			}
-			c.releases = append(c.releases, release)
+			c.slot = release
 		}
 		c.index, c.done = i, done
 		return 0, "", true
@@ -385,6 +386,9 @@ func (c *call) send(ctx context.Context) domain.Outcome {
 		ctx, span = tracing.Start(ctx, "call "+sender.Provider(), trace.WithAttributes(tracing.Provider.String(sender.Provider())))
 	}
 	outcome := c.h.call(ctx, sender, c.msg)
+	// The call is over: its provider and destination slots go to the next call at once, not
+	// after this outcome's commit, which is the ledger's work, not the destination's.
+	c.freeSlot()
 	if outcome.Provider == "" {
 		outcome.Provider = sender.Provider()
 	}
@@ -427,8 +431,14 @@ func (c *call) release(result BreakerResult) {
 // limit slots.
 func (c *call) close() {
 	c.release(BreakerIgnore)
-	for _, release := range c.releases {
-		release()
+	c.freeSlot()
+}
+
+// freeSlot frees the limit slots of the current provider's call, once.
+func (c *call) freeSlot() {
+	if c.slot != nil {
+		c.slot()
+		c.slot = nil
 	}
 }
 

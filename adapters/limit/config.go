@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults used by DefaultConfig. A provider's own default comes with its channel
@@ -21,6 +22,11 @@ const (
 	// seconds gets at most DefaultHostConcurrency/d calls per second). Operators set rates per host
 	// in Config.Hosts when a receiver publishes one.
 	DefaultHostRate = 0
+	// DefaultSlotWait is how long Acquire waits for a slot of a full concurrency cap. A call to a
+	// fast destination ends within milliseconds, so its messages wait instead of being deferred;
+	// a slow one's calls last seconds, so a waiter gives up after a tenth of a second and the
+	// message is deferred, the worker slot it held in waiting given back.
+	DefaultSlotWait = 100 * time.Millisecond
 )
 
 // Rule limits one provider or one destination host. The zero Rule limits nothing, which is how
@@ -99,6 +105,9 @@ type Config struct {
 	// lowercases them so that a capital letter does not silently disable an override. It is the
 	// parsed form of an environment variable (see ParseHostRules).
 	Hosts map[string]Rule
+	// SlotWait is how long Acquire waits for a slot when a concurrency cap refuses, before it
+	// refuses; 0 refuses at once.
+	SlotWait time.Duration
 }
 
 // DefaultConfig returns the limits a process runs with unless configured otherwise: every
@@ -109,6 +118,7 @@ func DefaultConfig() Config {
 		Providers:    map[string]Rule{},
 		DefaultHost:  Rule{Concurrency: DefaultHostConcurrency, Rate: DefaultHostRate},
 		Destinations: map[string]Rule{},
+		SlotWait:     DefaultSlotWait,
 	}
 }
 
@@ -121,6 +131,9 @@ func (c Config) Validate() error {
 			problems = append(problems, errors.New("provider rule with an empty provider name"))
 		}
 		problems = append(problems, r.validate(fmt.Sprintf("provider %q", name))...)
+	}
+	if c.SlotWait < 0 {
+		problems = append(problems, fmt.Errorf("slot wait must not be negative, got %s", c.SlotWait))
 	}
 	problems = append(problems, c.DefaultHost.validate("default host")...)
 	for name, r := range c.Destinations {

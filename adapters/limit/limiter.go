@@ -2,9 +2,12 @@
 // slow provider or destination cannot take every worker slot.
 //
 // Before an attempt the worker asks a Limiter for permission for (provider, destination host).
-// The answer is immediate: when it is no, the worker re-queues the message with the suggested
-// delay, without starting an attempt, instead of holding its slot while it waits. A slot held in
-// waiting is exactly the harm the limiter exists to prevent.
+// A concurrency cap that refuses is waited on for a short, bounded time (Config.SlotWait): a fast
+// destination frees a slot within milliseconds, and deferring its message would cost a round
+// through the broker and two writes to the log for nothing. Past that wait, and at once for a
+// rate limit, the answer is no: the worker re-queues the message with the suggested delay,
+// without starting an attempt, instead of holding its slot while a slow destination answers. A
+// slot held in waiting for long is exactly the harm the limiter exists to prevent.
 //
 // Limits are per process (each process counts its own calls), in memory, and forgotten on
 // restart; they protect this process's workers and spread load, they are not a cluster-wide quota.
@@ -12,6 +15,7 @@ package limit
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,6 +66,8 @@ type Limiter struct {
 	// floor (minSweepSize, lowered by tests).
 	sweepAt  int
 	minSweep int
+	// slotWait is Config.SlotWait.
+	slotWait time.Duration
 }
 
 // gate holds the counters of one provider or one host.
@@ -72,6 +78,8 @@ type gate struct {
 	inFlight int
 	// bucket is nil when the rule has no rate, so that unlimited rules cost no token arithmetic.
 	bucket *rate.Limiter
+	// waiters wait for a slot, first come first served (see Acquire).
+	waiters []*waiter
 }
 
 func newGate(name string, r Rule) *gate {
@@ -111,6 +119,7 @@ func New(cfg Config, now func() time.Time) (*Limiter, error) {
 		hosts:         make(map[string]*gate),
 		sweepAt:       minSweepSize,
 		minSweep:      minSweepSize,
+		slotWait:      cfg.SlotWait,
 	}
 	// Copy the maps so that a caller changing its Config later cannot race with Acquire.
 	for name, r := range cfg.Providers {
@@ -128,7 +137,9 @@ func New(cfg Config, now func() time.Time) (*Limiter, error) {
 var _ commands.Limiter = (*Limiter)(nil)
 
 // Acquire asks whether a call of provider to host may start now; host is what HostOf returns
-// for the recipient, and "" applies the provider's rule only. It never blocks.
+// for the recipient, and "" applies the provider's rule only. When a concurrency cap refuses, it
+// waits up to Config.SlotWait for one of the cap's calls to end and asks again; it never waits
+// for a rate.
 //
 // When ok is true the call counts as in flight until release is called, which the caller must
 // do exactly once when the call ends, whatever its outcome (calling it again does nothing, so a
@@ -138,15 +149,58 @@ var _ commands.Limiter = (*Limiter)(nil)
 // every refusing bucket holds a token), and reason names the rule that refused, for logs and the
 // deferral record ("host example.com concurrency 8", "provider webhook rate 50/s").
 func (l *Limiter) Acquire(provider, host string) (release func(), ok bool, retryAfter time.Duration, reason string) {
+	var deadline time.Time
+	var held *gate
+	for {
+		release, ok, retryAfter, reason, w := l.try(provider, host, held, l.slotWait > 0)
+		if w == nil {
+			return release, ok, retryAfter, reason
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(l.slotWait)
+		}
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-w.granted:
+			held = w.gate
+		case <-t.C:
+			l.giveUp(w)
+			return nil, false, retryAfter, reason
+		}
+		t.Stop()
+	}
+}
+
+// waiter is an Acquire waiting for a slot of gate. A call that ends hands its slot to the first
+// waiter, closing granted, rather than free it: a waiter is not overtaken by a newcomer, so a
+// wait ends in the order it began, and the herd of waiters is not woken for one slot.
+type waiter struct {
+	gate    *gate
+	granted chan struct{}
+	given   bool // a slot was handed over; under Limiter.mu
+}
+
+// try is one Acquire without waiting. held is a gate whose slot the caller was handed while it
+// waited. When a concurrency cap refuses and wait is set, the caller is queued on its gate and
+// w is what to wait on; held's slot is handed on if the call cannot start after all.
+func (l *Limiter) try(provider, host string, held *gate, wait bool) (release func(), ok bool, retryAfter time.Duration, reason string, w *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	gates := [2]*gate{l.providerGate(provider), l.hostGate(provider, host, now)}
 
-	// Concurrency first: checking it takes nothing, so a refusal needs nothing undone.
+	// Concurrency first: checking it takes nothing, so a refusal needs nothing undone. A gate
+	// others wait on is full for a newcomer too.
 	for _, g := range gates {
-		if g != nil && g.saturated() {
-			return nil, false, ConcurrencyRetryAfter, g.name + " concurrency " + strconv.Itoa(g.rule.Concurrency)
+		if g != nil && g != held && (g.saturated() || len(g.waiters) > 0) {
+			if held != nil {
+				l.free(held)
+			}
+			if wait {
+				w = &waiter{gate: g, granted: make(chan struct{})}
+				g.waiters = append(g.waiters, w)
+			}
+			return nil, false, ConcurrencyRetryAfter, g.name + " concurrency " + strconv.Itoa(g.rule.Concurrency), w
 		}
 	}
 
@@ -174,15 +228,42 @@ func (l *Limiter) Acquire(provider, host string) (release func(), ok bool, retry
 				r.CancelAt(now)
 			}
 		}
-		return nil, false, retryAfter, reason
+		if held != nil {
+			l.free(held)
+		}
+		return nil, false, retryAfter, reason, nil
 	}
 
 	for _, g := range gates {
-		if g != nil {
+		if g != nil && g != held {
 			g.inFlight++
 		}
 	}
-	return l.releaser(gates), true, 0, ""
+	return l.releaser(gates), true, 0, "", nil
+}
+
+// free ends one call of g: its slot goes to the first waiter, if any. The caller holds l.mu.
+func (l *Limiter) free(g *gate) {
+	if len(g.waiters) > 0 {
+		w := g.waiters[0]
+		g.waiters = g.waiters[1:]
+		w.given = true
+		close(w.granted)
+		return
+	}
+	g.inFlight--
+}
+
+// giveUp takes a waiter whose wait is over off its queue, or, if a slot was handed to it as the
+// wait ended, hands the slot on.
+func (l *Limiter) giveUp(w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.given {
+		l.free(w.gate)
+		return
+	}
+	w.gate.waiters = slices.DeleteFunc(w.gate.waiters, func(x *waiter) bool { return x == w })
 }
 
 // releaser returns the release function for one granted call. The gates are held by pointer:
@@ -197,7 +278,7 @@ func (l *Limiter) releaser(gates [2]*gate) func() {
 		defer l.mu.Unlock()
 		for _, g := range gates {
 			if g != nil {
-				g.inFlight--
+				l.free(g)
 			}
 		}
 	}

@@ -339,6 +339,17 @@ func TestAcquireHostOverrides(t *testing.T) {
 // -race) and checks the caps with counters kept outside the limiter.
 func TestAcquireConcurrentNeverExceedsCaps(t *testing.T) {
 	t.Parallel()
+	for _, wait := range []time.Duration{0, time.Millisecond} {
+		t.Run(fmt.Sprintf("slot wait %s", wait), func(t *testing.T) {
+			t.Parallel()
+			testConcurrentCaps(t, wait)
+		})
+	}
+}
+
+// testConcurrentCaps hammers one limiter from many goroutines; with a slot wait, slots are also
+// handed from ending calls to waiters, and given up by waiters whose wait ended.
+func testConcurrentCaps(t *testing.T, wait time.Duration) {
 	const (
 		providerCap = 6
 		hostCap     = 4
@@ -349,6 +360,7 @@ func TestAcquireConcurrentNeverExceedsCaps(t *testing.T) {
 	b := setup(t, Config{
 		Providers:   map[string]Rule{"webhook": {Concurrency: providerCap}},
 		DefaultHost: Rule{Concurrency: hostCap},
+		SlotWait:    wait,
 	})
 
 	var (
@@ -513,4 +525,50 @@ func TestProviderDestinationRules(t *testing.T) {
 	b.mustRefuse(t, "bot", "vip")
 	b.clock.advance(time.Second)
 	b.mustAcquire(t, "bot", "chat-1")()
+}
+
+// TestAcquireWaitsForASlot: a full concurrency cap is waited on for SlotWait. A call that ends
+// within the wait hands its slot to the waiter; when none ends, the refusal comes after the wait
+// and not before, and a rate limit is never waited on.
+func TestAcquireWaitsForASlot(t *testing.T) {
+	t.Parallel()
+	const wait = 300 * time.Millisecond
+	b := setup(t, Config{DefaultHost: Rule{Concurrency: 1}, SlotWait: wait})
+	release := b.mustAcquire(t, testProvider, "example.com")
+	time.AfterFunc(20*time.Millisecond, release)
+	start := time.Now()
+	b.mustAcquire(t, testProvider, "example.com")
+	if waited := time.Since(start); waited >= wait {
+		t.Errorf("the freed slot was taken after %s, want before the wait of %s ended", waited, wait)
+	}
+
+	start = time.Now()
+	b.mustRefuse(t, testProvider, "example.com")
+	if waited := time.Since(start); waited < wait {
+		t.Errorf("refused after %s, want after the slot wait of %s", waited, wait)
+	}
+
+	rated := setup(t, Config{DefaultHost: Rule{Rate: 1, Burst: 1}, SlotWait: time.Hour})
+	rated.mustAcquire(t, testProvider, "example.com")
+	refused := make(chan bool, 1)
+	go func() {
+		_, ok, _, _ := rated.limiter.Acquire(testProvider, "example.com")
+		refused <- !ok
+	}()
+	select {
+	case r := <-refused:
+		if !r {
+			t.Error("a second call within the rate's second was allowed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire waited for a rate limit's token")
+	}
+}
+
+// TestSlotWaitNegative: a negative wait is a configuration error.
+func TestSlotWaitNegative(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{SlotWait: -time.Second}, nil); err == nil {
+		t.Fatal("New accepted a negative slot wait")
+	}
 }

@@ -88,6 +88,7 @@ type Config struct {
 	HostConcurrency     int
 	HostRate            float64
 	HostRules           string
+	SlotWait            time.Duration
 	// The projector role.
 	ProjectorBatchSize    int
 	ProjectorPollInterval time.Duration
@@ -161,6 +162,7 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HostConcurrency, "host-concurrency", def.DefaultHost.Concurrency, "calls in flight per destination host (0: unlimited)")
 	fs.Float64Var(&c.HostRate, "host-rate", def.DefaultHost.Rate, "calls per second per destination host (0: unlimited)")
 	fs.StringVar(&c.HostRules, "host-rules", "", "per-host overrides: host=concurrency[:rate[:burst]],...")
+	fs.DurationVar(&c.SlotWait, "slot-wait", def.SlotWait, "how long an attempt waits for a slot of a full provider or host concurrency cap before it is deferred (0: deferred at once)")
 	fs.IntVar(&c.ProjectorBatchSize, "projector-batch-size", projections.DefaultBatchSize, "events the projector applies per transaction")
 	fs.DurationVar(&c.ProjectorPollInterval, "projector-poll-interval", projections.DefaultPollInterval, "longest wait of an idle projector before it reads the log again")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", defaultReconcileInterval, "how often the reconciler asks providers about receipts overdue and unknown outcomes")
@@ -272,6 +274,7 @@ func (c *Config) limiter(channels *commands.Channels) (*limit.Limiter, error) {
 		}
 	}
 	cfg.DefaultHost.Concurrency = c.HostConcurrency
+	cfg.SlotWait = c.SlotWait
 	cfg.DefaultHost.Rate = c.HostRate
 	if c.HostRate > 0 && cfg.DefaultHost.Burst == 0 {
 		cfg.DefaultHost.Burst = int(c.HostRate) + 1

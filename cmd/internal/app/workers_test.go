@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,8 +300,11 @@ func TestDatabaseOutageWhileRecordingOutcomes(t *testing.T) {
 func TestSlowDestinationDoesNotDelayFastOne(t *testing.T) {
 	t.Parallel()
 	b := setupE2E(t, "", func(c *Config) {
-		c.WorkerConcurrency = 8
+		c.WorkerConcurrency = 6
 		c.HostConcurrency = 2
+		// The default tenth of a second, with room for a loaded machine running the race
+		// detector: the point is that a wait, not a deferral, takes a freed slot.
+		c.SlotWait = time.Second
 	})
 	slow := newSink(t)
 	release := make(chan struct{})
@@ -492,6 +497,53 @@ func TestDeferralWaitsWhatItRecords(t *testing.T) {
 		t.Fatal("no delivery was deferred: the cap did not bite")
 	}
 	t.Logf("%d deferrals, each back within its recorded wait", deferrals)
+}
+
+// TestFullCapIsWaitedOnNotDeferred: deliveries to a fast host whose cap is full wait the short
+// slot wait for a call to end instead of being deferred (a round through the broker and two
+// events each, for a slot that frees within milliseconds), and the host still never has more
+// calls in flight than its cap.
+func TestFullCapIsWaitedOnNotDeferred(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "", func(c *Config) {
+		c.WorkerConcurrency = 6
+		c.HostConcurrency = 2
+		// The default tenth of a second, with room for a loaded machine running the race
+		// detector: the point is that a wait, not a deferral, takes a freed slot.
+		c.SlotWait = time.Second
+	})
+	var inFlight, most atomic.Int64
+	b.sink.script(func(*http.Request, int) (int, http.Header) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(10 * time.Millisecond)
+		inFlight.Add(-1)
+		return http.StatusOK, nil
+	})
+	ids := make([]string, 40)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() { ids[i] = b.accept(t, fmt.Sprintf("wait-%d", i), b.sink.URL+"/one-host", domain.PriorityNormal) })
+	}
+	wg.Wait()
+	deferrals := 0
+	for _, id := range ids {
+		b.waitState(t, id, domain.StateDelivered, 15*time.Second)
+		for _, e := range eventsOfType(b.history(t, id), domain.EventDeferred) {
+			deferrals++
+			t.Logf("deferred: %s", e.Data)
+		}
+	}
+	if got := most.Load(); got > 2 {
+		t.Errorf("the host had %d calls in flight at once, over its cap of 2", got)
+	}
+	if deferrals > 0 {
+		t.Errorf("%d deferrals for a host that answers in 10 ms, want none: the slot wait covers them", deferrals)
+	}
+	if most.Load() < 2 {
+		t.Errorf("the host never had 2 calls at once: the cap was not full, the test shows nothing")
+	}
 }
 
 // TestChannelScheduleGivesItsAttemptsThenDead: a channel's explicit schedule [20ms, 40ms] means
