@@ -124,6 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.DurationVar(&bopts.RateFor, "rate-for", 20*time.Second, "duration of the fixed-rate latency run")
 	benchFS.IntVar(&bopts.AuditEvents, "audit-events", 1_000_000, "events in the log for the audit query measurement")
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
+	benchFS.IntVar(&bopts.ClientDeliveries, "clients-deliveries", 10_000, "deliveries per closed-loop run of the clients phase (each run also stops sending after 30 s)")
 	benchFS.BoolVar(&bopts.Trace, "trace", false, "run the ledger with tracing on (every span sampled, exported over OTLP/HTTP to a discarding endpoint on loopback) to measure its cost; without it tracing is off, whatever OTEL_ variables say")
 	benchFS.StringVar(&bopts.Out, "out", "", "also write the JSON report to this file")
 	benchFS.StringVar(&bopts.ResultsDir, "results-dir", "bench/results", "directory for the timestamped JSON report and SVG chart")
@@ -138,12 +139,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"persistent publishes with confirms, consumed with acks), then the ledger: accept throughput over\n" +
 			"HTTP at 1, 16 and 64 clients, sustained end-to-end deliveries, end-to-end latency at a fixed rate\n" +
 			"(from each request's scheduled send time), relay lag, and audit query latency on a log of a\n" +
-			"million events. Prints a table, writes JSON and an SVG chart. A run whose counts do not balance\n" +
-			"is reported as void.",
+			"million events. The clients phase runs this binary's `serve` as a process of its own, once with\n" +
+			"the product's defaults and once tuned, offers it 1, 16 and 64 closed-loop clients and then the\n" +
+			"fixed rate, and reports deliveries per second and publish → delivery latency at a local webhook\n" +
+			"sink, CPU per delivery of the ledger process, PostgreSQL and RabbitMQ, and the ledger's peak\n" +
+			"RSS. Prints a table, writes JSON and an SVG chart. A run whose counts do not balance is\n" +
+			"reported as void.",
 		FlagSet: benchFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
 			bopts.ApplyQuick()
+			// The clients phase runs this binary's `serve` as the ledger under test.
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			bopts.Ledger = []string{exe, "serve"}
 			if *benchVerbose {
 				bopts.Logs = stderr
 			}

@@ -93,6 +93,34 @@ func Build(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option)
 	for _, opt := range opts {
 		opt(&o)
 	}
+	a, err := plan(cfg, logger, o)
+	if err != nil {
+		return nil, err
+	}
+	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", int32(cfg.DatabaseMaxConns))
+	if err != nil {
+		return nil, err
+	}
+	if err := a.build(ctx); err != nil {
+		a.pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// TopologyOf is the broker topology a ledger with cfg declares, for a tool that removes the
+// queues of a ledger it ran as a process of its own (the benchmark).
+func TopologyOf(cfg Config) (amqp.Topology, error) {
+	a, err := plan(cfg, slog.New(slog.DiscardHandler), options{})
+	if err != nil {
+		return amqp.Topology{}, err
+	}
+	return a.topology, nil
+}
+
+// plan is the part of Build that needs no connection: the roles, the channels and their
+// providers, the retry policies and the broker topology.
+func plan(cfg Config, logger *slog.Logger, o options) (*App, error) {
 	roles, err := cfg.roles()
 	if err != nil {
 		return nil, err
@@ -117,14 +145,6 @@ func Build(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option)
 		ChannelTiers: map[string][]time.Duration{}, QueueType: cfg.AMQPQueueType, DeliveryLimit: cfg.AMQPDeliveryLim}
 	for channel, p := range own {
 		a.topology.ChannelTiers[channel] = p.Tiers()
-	}
-	a.pool, err = postgres.Connect(ctx, cfg.DatabaseURL, "", int32(cfg.DatabaseMaxConns))
-	if err != nil {
-		return nil, err
-	}
-	if err := a.build(ctx); err != nil {
-		a.pool.Close()
-		return nil, err
 	}
 	return a, nil
 }

@@ -39,13 +39,22 @@ type Options struct {
 	Only []string
 	// Logs receives the ledger's warnings and errors during the run (nil: discarded).
 	Logs io.Writer
+	// Ledger is the command that runs `ledger serve` for the clients phase (the ledger binary and
+	// "serve"; empty skips the phase), and LedgerEnv what it needs in its environment besides the
+	// settings under test.
+	Ledger    []string
+	LedgerEnv []string
+	// ClientDeliveries is how many deliveries each closed-loop run of the clients phase sends,
+	// and Clients its client counts (empty: 1, 16 and 64).
+	ClientDeliveries int
+	Clients          []int
 	// Trace runs the ledger with tracing on, every span sampled and exported over OTLP/HTTP to
 	// a discarding endpoint on loopback, to measure what tracing costs.
 	Trace bool
 }
 
 // Phases are the phases of a run, in order.
-var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "audit"}
+var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "audit"}
 
 func (o *Options) runs(phase string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
@@ -56,6 +65,7 @@ func (o *Options) ApplyQuick() {
 		o.Phase = 3 * time.Second
 		o.RateFor = 8 * time.Second
 		o.AuditReads = 1000
+		o.ClientDeliveries = 2000
 	}
 }
 

@@ -80,11 +80,16 @@ func (p *acceptPool) put(c *benchConn) {
 
 // acceptOne sends one delivery, each with its own Idempotency-Key; it returns the delivery id.
 func acceptOne(base, recipient string) (string, error) {
+	return acceptBody(base, fmt.Appendf(nil, `{"channel":%q,"recipient":%q,"payload":{"order":%d,"text":"benchmark"}}`, webhook.Name, recipient, rand.IntN(1e9)))
+}
+
+// acceptBody sends one accept request with body and a new Idempotency-Key; it returns the
+// delivery id.
+func acceptBody(base string, body []byte) (string, error) {
 	pool, err := poolFor(base)
 	if err != nil {
 		return "", err
 	}
-	body := fmt.Appendf(nil, `{"channel":%q,"recipient":%q,"payload":{"order":%d,"text":"benchmark"}}`, webhook.Name, recipient, rand.IntN(1e9))
 	key := uuid.NewString()
 	for try := 0; ; try++ {
 		c, reused, err := pool.get()

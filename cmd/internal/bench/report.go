@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,6 +37,37 @@ func PrintTable(rep *Report, w io.Writer) {
 	}
 	for _, k := range keys(rep.Ratios) {
 		fmt.Fprintf(tw, "%s\t%.2fx\n", k, rep.Ratios[k])
+	}
+	// The clients phase's runs, by client count and then the fixed rate.
+	var loads []string
+	for k := range rep.Throughput {
+		if load, ok := strings.CutPrefix(k, "clients_defaults_"); ok {
+			loads = append(loads, load)
+		}
+	}
+	sort.Slice(loads, func(i, j int) bool {
+		a, aerr := strconv.Atoi(loads[i])
+		b, berr := strconv.Atoi(loads[j])
+		if aerr != nil || berr != nil {
+			return berr != nil && aerr == nil
+		}
+		return a < b
+	})
+	if len(loads) > 0 {
+		fmt.Fprintf(tw, "\nclients phase\tdelivered/s\tp50 ms\tp99 ms\tCPU ms/delivery (PostgreSQL)\tpeak RSS MB\n")
+		for _, load := range loads {
+			name := load + " clients"
+			if at, ok := strings.CutPrefix(load, "at"); ok {
+				name = at + "/s"
+			}
+			for _, s := range Settings {
+				k := "clients_" + s.Name + "_" + load
+				if _, ok := rep.Throughput[k]; ok {
+					fmt.Fprintf(tw, "%s, %s\t%.0f\t%.1f\t%.1f\t%.2f (%.2f)\t%d\n", s.Name, name, rep.Throughput[k], rep.LatencyMS[k+"_p50"],
+						rep.LatencyMS[k+"_p99"], rep.CPUPerDelivery[k+"_total"], rep.CPUPerDelivery[k+"_postgres"], rep.Counts[k+"_peak_rss_mb"])
+				}
+			}
+		}
 	}
 	fmt.Fprintf(tw, "\ntarget\twant\tgot\tmet\n")
 	for _, t := range rep.Targets {

@@ -117,6 +117,11 @@ func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Re
 			return nil, err
 		}
 	}
+	if opts.runs("clients") {
+		if err := benchClients(ctx, base, opts, rep, out); err != nil {
+			return nil, err
+		}
+	}
 	if opts.runs("audit") {
 		if err := benchAuditPhase(ctx, base, opts, rep, track, out); err != nil {
 			return nil, err
@@ -314,6 +319,29 @@ func benchTargets(opts Options, rep *Report) []benchTarget {
 	add(key, "< 50 ms", l[key], l[key] < 50, rate)
 	add("relay_lag_p50", "< 20 ms", l["relay_lag_p50"], l["relay_lag_p50"] < 20, rate)
 	add("audit_p99", "< 5 ms", l["audit_p99"], l["audit_p99"] < 5, audit)
+	_, single := r["accept_vs_postgres_1"]
+	add("accept_vs_postgres_1", ">= 0.9", r["accept_vs_postgres_1"], r["accept_vs_postgres_1"] >= 0.9, single)
+	// The clients phase: defaults that serve, as well as tuned settings do, in little memory,
+	// and little CPU per delivery at a moderate rate.
+	for _, c := range opts.clientCounts() {
+		k := fmt.Sprintf("clients_defaults_vs_tuned_%d", c)
+		v, ok := r[k]
+		add(k, ">= 0.9", v, v >= 0.9, ok)
+	}
+	at := fmt.Sprintf("clients_defaults_at%d", opts.Rate)
+	if p99, ok := l[at+"_p99"]; ok {
+		add(at+"_p99", "< 1000 ms", p99, p99 < 1000, true)
+		cpu, pg := rep.CPUPerDelivery[at+"_total"], rep.CPUPerDelivery[at+"_postgres"]
+		add(at+"_cpu_ms", "<= 3.3 ms", cpu, cpu <= 3.3, true)
+		add(at+"_postgres_cpu_ms", "<= 1 ms", pg, pg <= 1, true)
+		rss := 0
+		for k, v := range rep.Counts {
+			if strings.HasPrefix(k, "clients_defaults_") && strings.HasSuffix(k, "_peak_rss_mb") {
+				rss = max(rss, v)
+			}
+		}
+		add("clients_defaults_peak_rss_mb", "<= 100 MB", float64(rss), rss <= 100, true)
+	}
 	return targets
 }
 

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"github.com/deliveryledger/ledger/cmd/internal/app"
+
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+
+	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+)
+
+// serveEnv makes the test binary `ledger serve` (see TestMain): the clients phase runs the
+// ledger as a process of its own, and the test runs this binary rather than build cmd/ledger.
+const serveEnv = "LEDGER_BENCH_TEST_SERVE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serveEnv) != "" {
+		os.Exit(serveForTest())
+	}
+	os.Exit(m.Run())
+}
+
+// serveForTest is cmd/ledger's serve: the same flags, read from the same variables.
+func serveForTest() int {
+	var cfg app.Config
+	fs := flag.NewFlagSet("ledger serve", flag.ContinueOnError)
+	cfg.ServeFlags(fs)
+	if err := ff.Parse(fs, nil, ff.WithEnvVarPrefix("LEDGER")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cfg.Explicit(fs)
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := app.Serve(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "ledger:", err)
+		return 1
+	}
+	return 0
+}
+
+// TestBenchClientsPhase runs the clients phase at a small scale against the real services: the
+// ledger runs as a process of its own with each setting, every delivery accepted reaches the
+// sink once, and the phase reports rates, latencies, CPU and memory for both settings.
+func TestBenchClientsPhase(t *testing.T) {
+	t.Parallel()
+	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
+	base := app.DefaultConfig()
+	base.DatabaseURL = pgtest.URL()
+	base.AMQPURL = amqptest.URL()
+	opts := Options{Only: []string{"clients"}, Clients: []int{4}, ClientDeliveries: 100, Rate: 50, RateFor: time.Second,
+		Ledger: []string{os.Args[0]}, LedgerEnv: []string{serveEnv + "=1"}, ResultsDir: t.TempDir()}
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), base, opts, &out)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	if rep.Void {
+		t.Fatalf("run is void: %s", rep.VoidReason)
+	}
+	for _, s := range Settings {
+		for load, want := range map[string]int{"4": 100, "at50": 50} {
+			k := "clients_" + s.Name + "_" + load
+			if got := rep.Counts[k+"_delivered"]; got != want || rep.Counts[k+"_accepted"] != want {
+				t.Errorf("%s: %d accepted, %d delivered, want %d of each", k, rep.Counts[k+"_accepted"], got, want)
+			}
+			if d := rep.Counts[k+"_duplicates"]; d != 0 {
+				t.Errorf("%s: %d duplicates at the sink", k, d)
+			}
+			if rep.Throughput[k] <= 0 || rep.LatencyMS[k+"_p99"] <= 0 || rep.CPUPerDelivery[k+"_ledger"] <= 0 || rep.Counts[k+"_peak_rss_mb"] <= 0 {
+				t.Errorf("%s: rate %v, p99 %v, ledger CPU %v, peak RSS %v: want each measured", k,
+					rep.Throughput[k], rep.LatencyMS[k+"_p99"], rep.CPUPerDelivery[k+"_ledger"], rep.Counts[k+"_peak_rss_mb"])
+			}
+		}
+	}
+	if _, ok := rep.Ratios["clients_defaults_vs_tuned_4"]; !ok {
+		t.Errorf("no defaults/tuned ratio in %v", rep.Ratios)
+	}
+	var table bytes.Buffer
+	PrintTable(rep, &table)
+	if !strings.Contains(table.String(), "defaults, 4 clients") || !strings.Contains(table.String(), "tuned, 50/s") {
+		t.Errorf("the table lacks the clients phase:\n%s", table.String())
+	}
+}
