@@ -158,7 +158,38 @@ func (b *AcceptBatcher) commit(batch []*acceptCall) {
 	}
 }
 
+// commitShared writes the batch's requests as new in one round trip (newAccepts), the first of
+// each key; a later one is in flight behind it. Only when the database refuses a key that is in
+// flight elsewhere or recorded does the batch take commitChecked, at two more round trips.
 func (b *AcceptBatcher) commitShared(ctx context.Context, calls []*acceptCall) ([]acceptAnswer, error) {
+	answers := make([]acceptAnswer, len(calls))
+	seen := map[string]bool{}
+	recs := make([]commands.AcceptRecord, 0, len(calls))
+	for i, c := range calls {
+		k := acceptLockKey(c.rec.Tenant, c.rec.RequestKey)
+		if seen[k] {
+			answers[i] = acceptAnswer{err: commands.ErrRequestInFlight}
+			continue
+		}
+		seen[k] = true
+		answers[i] = acceptAnswer{response: c.rec.Response}
+		recs = append(recs, c.rec)
+	}
+	w, err := newAccepts(ctx, recs)
+	if err == nil {
+		if err = w.send(ctx, b.store.pool); err == nil {
+			return answers, nil
+		}
+		if !keyTaken(err) {
+			return nil, errors.Join(errors.New("shared accept transaction"), err)
+		}
+	}
+	// As in EventStore.RecordAccept: the checked path answers, as it did before the fast path.
+	return b.commitChecked(ctx, calls)
+}
+
+// commitChecked records a batch after reading its keys.
+func (b *AcceptBatcher) commitChecked(ctx context.Context, calls []*acceptCall) ([]acceptAnswer, error) {
 	answers := make([]acceptAnswer, len(calls))
 	lockKeys := make([]string, len(calls))
 	tenants, keys := make([]string, len(calls)), make([]string, len(calls))

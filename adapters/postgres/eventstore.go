@@ -376,10 +376,136 @@ const (
 	acceptRequestPut  = `INSERT INTO accept_requests (tenant, request_key, request_hash, response) VALUES ($1, $2, $3, $4)`
 )
 
+// acceptRequestLockAll opens the write of new requests (newAccepts): it takes every key's advisory
+// lock and fails with division_by_zero when another transaction holds one. Without it, the insert
+// into accept_requests would wait on the unique index for a concurrent request of the same key
+// until that request's transaction ends, and a whole group-commit batch would wait with it; with
+// it, the batch fails at its first statement and the request gets ErrRequestInFlight at once. A
+// try-lock answers false instead of failing, and only an error stops the statements queued after
+// it: the division turns false into one. The divisor must depend on the locks: a constant 1/0
+// (in a CASE, say) is folded by the planner and fails every execution.
+const acceptRequestLockAll = `SELECT 1 / min(pg_try_advisory_xact_lock(hashtextextended(k, 0))::int)
+FROM unnest($1::text[]) AS u(k)`
+
+const sqlstateDivisionByZero = "22012"
+
+// acceptWrite is the write of requests taken as new, of distinct keys: their locks, then their
+// accept_requests rows, whose unique index fails the write at once for a key already recorded,
+// before the events and outbox rows are written and rolled back. A failure that keyTaken
+// recognises leaves nothing written.
+type acceptWrite struct {
+	batch    writeBatch
+	lockKeys []string
+}
+
+// newAccepts builds the write of recs, as new requests.
+func newAccepts(ctx context.Context, recs []commands.AcceptRecord) (*acceptWrite, error) {
+	n := len(recs)
+	lockKeys, tenants, keys, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	hashes := make([][]byte, n)
+	var payloads payloadRows
+	var events []domain.Event
+	var outbox []commands.OutboxMessage
+	for i, rec := range recs {
+		lockKeys[i] = acceptLockKey(rec.Tenant, rec.RequestKey)
+		tenants[i], keys[i], hashes[i], responses[i] = rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response)
+		apart, err := payloads.apart(rec)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, apart...)
+		outbox = append(outbox, rec.Outbox...)
+	}
+	a := &acceptWrite{lockKeys: lockKeys}
+	w := &a.batch
+	_, _ = w.Exec(ctx, acceptRequestLockAll, lockKeys)
+	_, _ = w.Exec(ctx, acceptRequestPutMany, tenants, keys, hashes, responses)
+	if err := errors.Join(appendEvents(ctx, w, events), publishOutbox(ctx, w, outbox)); err != nil {
+		return nil, err
+	}
+	payloads.write(ctx, w)
+	return a, nil
+}
+
+// acceptPrepared, followed by a statement's text, marks in a connection's CustomData a statement
+// of an acceptWrite that the connection has sent, and so holds prepared.
+const acceptPrepared = "accept prepared: "
+
+// send sends the write in one round trip on a connection that has sent its statements before.
+// pgx prepares a statement new to a connection in an exchange of its own, before any statement
+// of the batch runs, and PostgreSQL parses an insert only with a lock on its table: behind a
+// stronger lock (a migration's, VACUUM FULL's) a repeat of a request in flight would wait there
+// instead of failing on its key's lock. On any other connection the locks come first, in a
+// transaction that the writes then join: a round trip more, once per connection and statement,
+// as preparing costs anyway.
+func (a *acceptWrite) send(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	marks := conn.Conn().PgConn().CustomData()
+	prepared := true
+	for _, q := range a.batch.batch.QueuedQueries {
+		_, ok := marks[acceptPrepared+q.SQL]
+		prepared = prepared && ok
+	}
+	if prepared {
+		defer conn.Release()
+		return a.batch.send(ctx, conn)
+	}
+	var locks writeBatch
+	locks.batch.Queue("BEGIN")
+	_, _ = locks.Exec(ctx, acceptRequestLockAll, a.lockKeys)
+	if err := locks.send(ctx, conn); err != nil {
+		rollback(ctx, conn)
+		return err
+	}
+	_, _ = a.batch.Exec(ctx, "COMMIT")
+	err = a.batch.send(ctx, conn)
+	if err == nil || keyTaken(err) { // the statements were prepared before one failed
+		for _, q := range a.batch.batch.QueuedQueries {
+			marks[acceptPrepared+q.SQL] = true
+		}
+	}
+	if err != nil {
+		rollback(ctx, conn)
+		return err
+	}
+	conn.Release()
+	return nil
+}
+
+// keyTaken reports whether the write of newAccepts failed because a key is in flight (its lock
+// is held) or already recorded, or another unique row of the write exists: the requests then get
+// their answers from the path that reads before it writes.
+func keyTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == sqlstateDivisionByZero || pgErr.Code == sqlstateUniqueViolation)
+}
+
 // RecordAccept records an accept request once per (tenant, request key), with its events and
-// outbox messages, in one transaction. A transaction-scoped advisory lock on the key tells a
-// concurrent repeat (409) from a finished one (stored answer or 422) without waiting.
+// outbox messages, in one transaction. It writes the request as new in one round trip and lets
+// the database refuse a key that is in flight or recorded; only then does it read the key
+// (recordAcceptChecked), at two more.
 func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
+	w, err := newAccepts(ctx, []commands.AcceptRecord{rec})
+	if err == nil {
+		if err = w.send(ctx, s.pool); err == nil {
+			return rec.Response, false, nil
+		}
+		if !keyTaken(err) {
+			return nil, false, fmt.Errorf("record accept %s/%s: %w", rec.Tenant, rec.RequestKey, err)
+		}
+	}
+	// A key in flight or recorded, or writes that cannot be built: the checked path answers, and
+	// a recorded key's answer comes before the build error, as it did before the fast path.
+	return s.recordAcceptChecked(ctx, rec)
+}
+
+// recordAcceptChecked records an accept request after reading its key. A transaction-scoped
+// advisory lock on the key tells a concurrent repeat (409) from a finished one (stored answer or
+// 422) without waiting.
+func (s *EventStore) recordAcceptChecked(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
 	var stored []byte
 	var replayed bool
 	err := func() error {

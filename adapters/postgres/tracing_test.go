@@ -98,7 +98,7 @@ func TestGroupCommitShowsInEveryCallersTrace(t *testing.T) {
 			}
 		}
 	}
-	if statements < 2 {
-		t.Errorf("%d statement spans under the commit, want its read and its write", statements)
+	if statements == 0 {
+		t.Errorf("no statement spans under the commit, want its batches")
 	}
 }

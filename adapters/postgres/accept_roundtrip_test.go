@@ -1,0 +1,246 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// exchangeCounter counts a pool's exchanges with the database: every query and every batch pgx
+// sends is one round trip once the connection has prepared its statements (pgx prepares a
+// statement new to the connection in a round trip of its own, inside the same call).
+type exchangeCounter struct{ n atomic.Int64 }
+
+var (
+	_ pgx.QueryTracer = (*exchangeCounter)(nil)
+	_ pgx.BatchTracer = (*exchangeCounter)(nil)
+)
+
+func (c *exchangeCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *exchangeCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *exchangeCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *exchangeCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *exchangeCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// during returns how many exchanges f cost.
+func (c *exchangeCounter) during(f func()) int64 {
+	before := c.n.Load()
+	f()
+	return c.n.Load() - before
+}
+
+// countedStore is an event store on a pool of one connection whose exchanges are counted.
+func countedStore(t *testing.T) (*pgtest.Schema, *postgres.EventStore, *exchangeCounter) {
+	t.Helper()
+	s := pgtest.New(t)
+	pool, counter := countedPool(t, s, 1)
+	return s, postgres.NewEventStore(pool), counter
+}
+
+func countedPool(t *testing.T, s *pgtest.Schema, conns int32) (*pgxpool.Pool, *exchangeCounter) {
+	t.Helper()
+	counter := &exchangeCounter{}
+	pool, err := postgres.Connect(context.Background(), s.URL, "", conns, func(c *pgxpool.Config) { c.ConnConfig.Tracer = counter })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, counter
+}
+
+func newAccept(t *testing.T, key, response string) commands.AcceptRecord {
+	t.Helper()
+	_, events := acceptedEvents(t)
+	return commands.AcceptRecord{Tenant: "acme", RequestKey: key, RequestHash: []byte("h-" + key), Events: events,
+		Response: []byte(response)}
+}
+
+// TestNewAcceptCostsOneRoundTrip: a new request is written in one exchange, its locks and its
+// idempotency record included; a repeated key costs more and still gets the stored answer.
+func TestNewAcceptCostsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, store, counter := countedStore(t)
+	// The first accept on the connection takes its locks first, while pgx prepares the writes.
+	if _, _, err := store.RecordAccept(ctx, newAccept(t, "warm-up", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := newAccept(t, "new", `{"n":1}`)
+	var resp []byte
+	var replayed bool
+	var err error
+	if n := counter.during(func() { resp, replayed, err = store.RecordAccept(ctx, rec) }); n != 1 {
+		t.Errorf("a new accept cost %d exchanges, want 1", n)
+	}
+	if err != nil || replayed || string(resp) != `{"n":1}` {
+		t.Fatalf("new: %s %v %v", resp, replayed, err)
+	}
+
+	rec.Response = []byte(`{"n":2}`)
+	n := counter.during(func() { resp, replayed, err = store.RecordAccept(ctx, rec) })
+	if err != nil || !replayed || string(resp) != `{"n": 1}` {
+		t.Fatalf("repeat: %s %v %v, want the stored answer", resp, replayed, err)
+	}
+	t.Logf("a repeated accept cost %d exchanges", n)
+	rec.RequestHash = []byte("other")
+	if _, _, err := store.RecordAccept(ctx, rec); !errors.Is(err, commands.ErrRequestMismatch) {
+		t.Fatalf("other body: got %v, want ErrRequestMismatch", err)
+	}
+	// The refused fast paths wrote nothing: the repeats' events are not there.
+	var events int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * len(rec.Events); events != want {
+		t.Fatalf("%d events recorded, want %d (two accepts)", events, want)
+	}
+}
+
+// TestGroupCommitOfNewAcceptsCostsOneRoundTrip: a batch of new requests, a repeat of one of them
+// among them, is written in one exchange and one transaction; a batch with a recorded key costs
+// more and answers each request as before.
+func TestGroupCommitOfNewAcceptsCostsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, store, counter := countedStore(t)
+	batcher := postgres.NewAcceptBatcher(store, 1, 16)
+	t.Cleanup(batcher.Close)
+	// As in TestNewAcceptCostsOneRoundTrip, the first write prepares the statements.
+	warmUp := []commands.AcceptRecord{newAccept(t, "warm-1", `{}`), newAccept(t, "warm-2", `{}`)}
+	for _, a := range batcher.CommitBatch(ctx, warmUp) {
+		if a.Err != nil {
+			t.Fatal(a.Err)
+		}
+	}
+
+	var batch []commands.AcceptRecord
+	for i := range 4 {
+		batch = append(batch, newAccept(t, fmt.Sprintf("b%d", i), fmt.Sprintf(`{"b":%d}`, i)))
+	}
+	batch = append(batch, newAccept(t, "b0", `{"b":"again"}`)) // the first of a key wins
+	var answers []postgres.AcceptAnswer
+	if n := counter.during(func() { answers = batcher.CommitBatch(ctx, batch) }); n != 1 {
+		t.Errorf("a group commit of %d new requests cost %d exchanges, want 1", len(batch)-1, n)
+	}
+	for i, a := range answers[:4] {
+		if a.Err != nil || a.Replayed || string(a.Response) != fmt.Sprintf(`{"b":%d}`, i) {
+			t.Fatalf("request b%d: %+v", i, a)
+		}
+	}
+	if !errors.Is(answers[4].Err, commands.ErrRequestInFlight) {
+		t.Fatalf("second request of b0 in the batch: %+v, want ErrRequestInFlight", answers[4])
+	}
+	var txs, events int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT transaction_id), count(*) FROM events
+		WHERE idempotency_key = ANY($1)`, eventKeys(batch[:4])).Scan(&txs, &events); err != nil {
+		t.Fatal(err)
+	}
+	if txs != 1 || events != 4*len(batch[0].Events) {
+		t.Fatalf("the batch's events: %d in %d transactions, want %d in one", events, txs, 4*len(batch[0].Events))
+	}
+
+	// A recorded key, replayed and with another body, among new requests.
+	replay := batch[1]
+	replay.Response = []byte(`{"b":"replayed"}`)
+	mismatch := batch[2]
+	mismatch.RequestHash = []byte("other")
+	mixed := []commands.AcceptRecord{newAccept(t, "c0", `{"c":0}`), replay, mismatch, newAccept(t, "c1", `{"c":1}`)}
+	n := counter.during(func() { answers = batcher.CommitBatch(ctx, mixed) })
+	t.Logf("a group commit with recorded keys cost %d exchanges", n)
+	if a := answers[0]; a.Err != nil || a.Replayed || string(a.Response) != `{"c":0}` {
+		t.Fatalf("new request c0: %+v", a)
+	}
+	if a := answers[1]; a.Err != nil || !a.Replayed || string(a.Response) != `{"b": 1}` {
+		t.Fatalf("repeat of b1: %+v, want the stored answer", a)
+	}
+	if a := answers[2]; !errors.Is(a.Err, commands.ErrRequestMismatch) {
+		t.Fatalf("b2 with another body: %+v, want ErrRequestMismatch", a)
+	}
+	if a := answers[3]; a.Err != nil || a.Replayed || string(a.Response) != `{"c":1}` {
+		t.Fatalf("new request c1: %+v", a)
+	}
+}
+
+// TestNewAcceptInFlightOnPreparedConnections: where the connections hold the writes prepared, a
+// repeat of a request in flight fails on the key's lock, the first statement of its batch, and
+// gets ErrRequestInFlight at once instead of waiting behind the first request.
+func TestNewAcceptInFlightOnPreparedConnections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgtest.New(t)
+	pool, _ := countedPool(t, s, 2)
+	store := postgres.NewEventStore(pool)
+	// Prepare the writes on both connections: the second accept runs while the first is taken.
+	if _, _, err := store.RecordAccept(ctx, newAccept(t, "warm-1", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.RecordAccept(ctx, newAccept(t, "warm-2", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	held.Release()
+
+	blocker, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, `LOCK TABLE events IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	rec := newAccept(t, "slow", `{"slow":1}`)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := store.RecordAccept(ctx, rec)
+		first <- err
+	}()
+	waitForLockWait(t, &storeBundle{schema: s}, "events")
+	repeatCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, _, err := store.RecordAccept(repeatCtx, rec); !errors.Is(err, commands.ErrRequestInFlight) {
+		t.Fatalf("concurrent repeat: got %v, want ErrRequestInFlight at once", err)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	if resp, replayed, err := store.RecordAccept(ctx, rec); err != nil || !replayed || string(resp) != `{"slow": 1}` {
+		t.Fatalf("repeat after completion: %s %v %v", resp, replayed, err)
+	}
+}
+
+func eventKeys(recs []commands.AcceptRecord) []string {
+	var keys []string
+	for _, r := range recs {
+		for _, e := range r.Events {
+			keys = append(keys, e.Key)
+		}
+	}
+	return keys
+}

@@ -1,0 +1,31 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/deliveryledger/ledger/commands"
+)
+
+// AcceptAnswer is what a group commit answers one request.
+type AcceptAnswer struct {
+	Response []byte
+	Replayed bool
+	Err      error
+}
+
+// CommitBatch commits recs as one batch, as a committer does with the requests waiting together,
+// and returns their answers in order: a test chooses the batch instead of hoping that concurrent
+// requests meet in one.
+func (b *AcceptBatcher) CommitBatch(ctx context.Context, recs []commands.AcceptRecord) []AcceptAnswer {
+	calls := make([]*acceptCall, len(recs))
+	for i, rec := range recs {
+		calls[i] = &acceptCall{ctx: ctx, rec: rec, done: make(chan acceptAnswer, 1)}
+	}
+	b.commit(calls)
+	answers := make([]AcceptAnswer, len(calls))
+	for i, c := range calls {
+		a := <-c.done
+		answers[i] = AcceptAnswer{Response: a.response, Replayed: a.replayed, Err: a.err}
+	}
+	return answers
+}
