@@ -315,3 +315,72 @@ func TestProjectorReportsLag(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// batchCounter counts the batches each projection applied.
+type batchCounter struct {
+	mu      sync.Mutex
+	batches map[string]int
+	events  map[string]int
+}
+
+func (c *batchCounter) ProjectionApplied(projection string, events int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.batches[projection]++
+	c.events[projection] += events
+}
+func (c *batchCounter) ProjectionLag(string, int64, time.Duration) {}
+func (c *batchCounter) ViewDeliveries(string, string, int64)       {}
+
+func (c *batchCounter) counts(projection string) (batches, events int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batches[projection], c.events[projection]
+}
+
+// TestProjectorGathersWakeUps: woken by every append, a projection that has caught up reads the
+// log at most once per Gather, so the events of appends close together are applied in one
+// transaction, not one each; and every event is applied.
+func TestProjectorGathersWakeUps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	counter := &batchCounter{batches: map[string]int{}, events: map[string]int{}}
+	wake := make(chan struct{}, 1)
+	r, err := projections.NewRunner(b.pool, b.store, projections.All(), projections.RunnerConfig{
+		PollInterval: 10 * time.Millisecond, Gather: 400 * time.Millisecond, Metrics: counter,
+		Wake: func(context.Context) <-chan struct{} { return wake },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	rng := rand.New(rand.NewPCG(11, 12))
+	const appends = 20
+	start := time.Now()
+	for range appends { // one append and one wake-up every 40 ms, for 0.8 s
+		h := newHistory(t, rng, "acme", time.Now())
+		b.appendSteps(t, h.steps)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "every append applied", func() (bool, error) {
+		_, n := counter.counts("status")
+		return n == appends, nil
+	})
+	batches, _ := counter.counts("status")
+	// 0.8 s of appends and the wait for the last: a read at most every 0.4 s, and a first one.
+	if most := 2 + int(time.Since(start)/(400*time.Millisecond)); batches > most {
+		t.Errorf("%d appends applied in %d batches, want at most %d: the projection read at every wake-up", appends, batches, most)
+	}
+	t.Logf("%d appends, %d batches", appends, batches)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

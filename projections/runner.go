@@ -17,6 +17,12 @@ const (
 	DefaultBatchSize    = 500
 	DefaultPollInterval = 200 * time.Millisecond
 	DefaultLagInterval  = 2 * time.Second
+	// DefaultGather is the shortest time between two reads of the log by a projection that has
+	// caught up. Woken by every append, a projection applied each event in a transaction of its
+	// own: at 200 deliveries a second, 1.3 projector transactions and 8 statements per delivery.
+	// Gathering a tenth of a second's events into one batch makes the views lag by up to that
+	// much more, and costs the database a few transactions a second per projection instead.
+	DefaultGather = 100 * time.Millisecond
 	// maxRetryDelay bounds the wait after a failed batch (database down, a poisoned event).
 	maxRetryDelay = 30 * time.Second
 )
@@ -47,6 +53,9 @@ type RunnerConfig struct {
 	PollInterval time.Duration
 	// LagInterval is how often the lag gauges are refreshed. Zero means DefaultLagInterval.
 	LagInterval time.Duration
+	// Gather is the shortest time between two reads of the log by a projection that has caught
+	// up, however often it is woken. Zero means DefaultGather; negative, no wait.
+	Gather time.Duration
 	// Wake, when set, is called once by Run for a channel that wakes an idle projector before
 	// its poll interval (postgres.NotifyWaker); the channel's producer must stop with ctx.
 	Wake func(ctx context.Context) <-chan struct{}
@@ -80,6 +89,9 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 	}
 	if c.LagInterval == 0 {
 		c.LagInterval = DefaultLagInterval
+	}
+	if c.Gather == 0 {
+		c.Gather = DefaultGather
 	}
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
@@ -189,6 +201,7 @@ func (r *Runner) prepare(ctx context.Context, p Projection) error {
 func (r *Runner) follow(ctx context.Context, p Projection, wake <-chan struct{}) {
 	var delay time.Duration
 	for {
+		read := time.Now()
 		more, err := r.step(ctx, p)
 		if ctx.Err() != nil {
 			return
@@ -219,6 +232,17 @@ func (r *Runner) follow(ctx context.Context, p Projection, wake <-chan struct{})
 		case <-timer.C:
 		}
 		timer.Stop()
+		// Caught up, the projection reads again no sooner than Gather after its last read, so
+		// that the appends of a busy log are applied together.
+		if rest := r.cfg.Gather - time.Since(read); err == nil && rest > 0 {
+			timer := time.NewTimer(rest)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+		}
 	}
 }
 

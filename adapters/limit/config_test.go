@@ -123,7 +123,7 @@ func TestDefaultConfig(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("DefaultConfig is invalid: %v", err)
 	}
-	if got, want := cfg.DefaultHost, (Rule{Concurrency: 8}); got != want {
+	if got, want := cfg.DefaultHost, (Rule{Concurrency: 64}); got != want {
 		t.Errorf("default host rule = %+v, want %+v", got, want)
 	}
 	// Each call returns its own maps, so one caller's edits cannot leak into another's config.

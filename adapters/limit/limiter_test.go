@@ -88,7 +88,7 @@ func TestAcquireHostConcurrencyCap(t *testing.T) {
 	if retryAfter != ConcurrencyRetryAfter {
 		t.Errorf("retryAfter = %s, want %s", retryAfter, ConcurrencyRetryAfter)
 	}
-	if want := "host example.com concurrency 8"; reason != want {
+	if want := fmt.Sprintf("host example.com concurrency %d", DefaultHostConcurrency); reason != want {
 		t.Errorf("reason = %q, want %q", reason, want)
 	}
 

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.StringVar(&benchCfg.DatabaseURL, "database-url", app.DefaultDatabaseURL, "PostgreSQL URL (the benchmark works in its own schemas and drops them)")
 	benchFS.StringVar(&benchCfg.AMQPURL, "amqp-url", app.DefaultAMQPURL, "RabbitMQ URL (the benchmark uses its own queue prefix and deletes it)")
 	benchFS.StringVar(&benchCfg.AMQPQueueType, "amqp-queue-type", "classic", "queue type of the benchmarked ledger: classic or quorum (the RabbitMQ baseline stays classic)")
-	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 16); the sink is fast, so slots wait mostly on commits")
+	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 64); the sink is fast, so slots wait mostly on commits")
 	var bopts bench.Options
 	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about a minute in all)")
 	benchFS.DurationVar(&bopts.Phase, "phase", 10*time.Second, "duration of each throughput measurement")
@@ -125,6 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.IntVar(&bopts.AuditEvents, "audit-events", 1_000_000, "events in the log for the audit query measurement")
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
 	benchFS.IntVar(&bopts.ClientDeliveries, "clients-deliveries", 10_000, "deliveries per closed-loop run of the clients phase (each run also stops sending after 30 s)")
+	benchClientList := benchFS.String("clients", "1,16,64", "client counts of the clients phase's closed-loop runs, comma-separated (0: none, the fixed-rate runs only)")
 	benchFS.BoolVar(&bopts.Trace, "trace", false, "run the ledger with tracing on (every span sampled, exported over OTLP/HTTP to a discarding endpoint on loopback) to measure its cost; without it tracing is off, whatever OTEL_ variables say")
 	benchFS.StringVar(&bopts.Out, "out", "", "also write the JSON report to this file")
 	benchFS.StringVar(&bopts.ResultsDir, "results-dir", "bench/results", "directory for the timestamped JSON report and SVG chart")
@@ -165,6 +166,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					}
 					bopts.Only = append(bopts.Only, strings.TrimSpace(p))
 				}
+			}
+			for _, f := range strings.Split(*benchClientList, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 0 {
+					return fmt.Errorf("--clients: %q is not a client count", f)
+				}
+				if n > 0 {
+					bopts.Clients = append(bopts.Clients, n)
+				}
+			}
+			if len(bopts.Clients) == 0 {
+				bopts.Clients = []int{0}
 			}
 			if *benchProfile != "" {
 				f, err := os.Create(*benchProfile)

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -204,6 +205,7 @@ func (a *App) build(ctx context.Context) error {
 		a.projector, err = projections.NewRunner(a.pool, a.store, projections.All(), projections.RunnerConfig{
 			BatchSize:    cfg.ProjectorBatchSize,
 			PollInterval: cfg.ProjectorPollInterval,
+			Gather:       cmp.Or(cfg.ProjectorGather, -1), // 0 on the command line: no wait
 			Metrics:      a.metrics,
 			Logger:       logger.With("role", "projector"),
 			// An accept's commit notifies the relay; the projector wakes on it too, so a new

@@ -54,7 +54,7 @@ func (a *App) runRelayShard(ctx context.Context, shard int) error {
 		return err
 	}
 	sub, err := postgres.NewOutboxSubscriber(ctx, a.relayPool, postgres.OutboxSubscriberConfig{
-		ConsumerGroup: relayConsumerGroup, Logger: a.logger, BeforeAck: pub.Flush, Ready: pub.Ready,
+		ConsumerGroup: relayConsumerGroup, Logger: a.logger, BeforeAck: pub.Flush, Ready: pub.Ready, Gather: a.cfg.RelayGather,
 	}, wmLogger)
 	if err != nil {
 		return err

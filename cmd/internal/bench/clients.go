@@ -83,7 +83,9 @@ func benchClients(ctx context.Context, base app.Config, opts Options, rep *Repor
 	}
 	var loads []load
 	for _, c := range opts.clientCounts() {
-		loads = append(loads, load{fmt.Sprintf("%d", c), c})
+		if c > 0 { // 0 alone: the fixed-rate runs only
+			loads = append(loads, load{fmt.Sprintf("%d", c), c})
+		}
 	}
 	loads = append(loads, load{fmt.Sprintf("at%d", opts.Rate), 0})
 	for _, l := range loads {

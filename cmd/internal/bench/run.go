@@ -324,6 +324,9 @@ func benchTargets(opts Options, rep *Report) []benchTarget {
 	// The clients phase: defaults that serve, as well as tuned settings do, in little memory,
 	// and little CPU per delivery at a moderate rate.
 	for _, c := range opts.clientCounts() {
+		if c == 0 {
+			continue
+		}
 		k := fmt.Sprintf("clients_defaults_vs_tuned_%d", c)
 		v, ok := r[k]
 		add(k, ">= 0.9", v, v >= 0.9, ok)
