@@ -3,23 +3,17 @@ package app
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/peterbourgon/ff/v3"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
@@ -35,32 +29,9 @@ const serveEnv = "LEDGER_TEST_SERVE_ROLES"
 
 func TestMain(m *testing.M) {
 	if roles := os.Getenv(serveEnv); roles != "" {
-		os.Exit(serveForTest(roles))
+		os.Exit(ServeFromEnvironment(roles))
 	}
 	os.Exit(m.Run())
-}
-
-// serveForTest is cmd/ledger's serve: the same flags, read from the same variables.
-func serveForTest(roles string) int {
-	var cfg Config
-	fs := flag.NewFlagSet("ledger serve", flag.ContinueOnError)
-	cfg.ServeFlags(fs)
-	if err := ff.Parse(fs, []string{"--roles", roles}, ff.WithEnvVarPrefix("LEDGER")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	cfg.Explicit(fs)
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := Serve(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "ledger:", err)
-		return 1
-	}
-	return 0
 }
 
 // ledgerProcess is `ledger serve` running as a process of its own, its log kept.

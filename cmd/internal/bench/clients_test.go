@@ -5,16 +5,10 @@ import (
 
 	"bytes"
 	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/peterbourgon/ff/v3"
 
 	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
@@ -26,32 +20,9 @@ const serveEnv = "LEDGER_BENCH_TEST_SERVE"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(serveEnv) != "" {
-		os.Exit(serveForTest())
+		os.Exit(app.ServeFromEnvironment(""))
 	}
 	os.Exit(m.Run())
-}
-
-// serveForTest is cmd/ledger's serve: the same flags, read from the same variables.
-func serveForTest() int {
-	var cfg app.Config
-	fs := flag.NewFlagSet("ledger serve", flag.ContinueOnError)
-	cfg.ServeFlags(fs)
-	if err := ff.Parse(fs, nil, ff.WithEnvVarPrefix("LEDGER")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	cfg.Explicit(fs)
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := app.Serve(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "ledger:", err)
-		return 1
-	}
-	return 0
 }
 
 // TestBenchClientsPhase runs the clients phase at a small scale against the real services: the
