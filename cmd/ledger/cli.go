@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.StringVar(&benchCfg.AMQPQueueType, "amqp-queue-type", "classic", "queue type of the benchmarked ledger: classic or quorum (the RabbitMQ baseline stays classic)")
 	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 64); the sink is fast, so slots wait mostly on commits")
 	var bopts bench.Options
-	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about a minute in all)")
+	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about two minutes in all)")
 	benchFS.DurationVar(&bopts.Phase, "phase", 10*time.Second, "duration of each throughput measurement")
 	benchFS.IntVar(&bopts.Rate, "rate", 200, "deliveries per second of the fixed-rate latency run")
 	benchFS.DurationVar(&bopts.RateFor, "rate-for", 20*time.Second, "duration of the fixed-rate latency run")
