@@ -5,6 +5,7 @@ import (
 
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -257,6 +258,10 @@ func startBenchSink() (*benchSink, error) {
 
 var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute}}
 
+// errLoopDone, returned by a closed loop's fn, ends that client's loop without counting a call
+// or an error: the run has sent what it was to send.
+var errLoopDone = errors.New("loop done")
+
 // closedLoop runs fn from n goroutines until d has passed; it returns completed calls and
 // latencies.
 func closedLoop(n int, d time.Duration, fn func() error) (int64, *latencies, error) {
@@ -272,7 +277,9 @@ func closedLoop(n int, d time.Duration, fn func() error) (int64, *latencies, err
 			for time.Now().Before(deadline) {
 				start := time.Now()
 				if err := fn(); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					if !errors.Is(err, errLoopDone) {
+						firstErr.CompareAndSwap(nil, err)
+					}
 					return
 				}
 				lat.add(time.Since(start))
@@ -281,10 +288,33 @@ func closedLoop(n int, d time.Duration, fn func() error) (int64, *latencies, err
 		}()
 	}
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return done.Load(), lat, err
+	err, _ := firstErr.Load().(error)
+	return done.Load(), lat, err
+}
+
+// openLoop sends total requests at rate a second, open loop: request i goes at its scheduled
+// time, in a goroutine of its own, however slow the earlier ones are. before, if set, runs on the
+// schedule just before request i is sent. It returns the first error of send.
+func openLoop(rate, total int, before func(i int), send func(i int, at time.Time) error) error {
+	interval := time.Second / time.Duration(rate)
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now().Add(50 * time.Millisecond)
+	for i := range total {
+		at := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(at))
+		if before != nil {
+			before(i)
+		}
+		wg.Go(func() {
+			if err := send(i, at); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
 	}
-	return done.Load(), lat, nil
+	wg.Wait()
+	err, _ := firstErr.Load().(error)
+	return err
 }
 
 func benchLog(w io.Writer, format string, args ...any) {

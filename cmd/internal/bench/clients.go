@@ -207,57 +207,29 @@ func clientsBody(recipient string, sent time.Time) []byte {
 // clientsClosedLoop sends n deliveries from c clients, each waiting for its 202 before the next,
 // for at most d; it returns how many were accepted.
 func clientsClosedLoop(base, recipient string, c, n int, d time.Duration) (int, error) {
-	var tickets, accepted atomic.Int64
-	var firstErr atomic.Value
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for tickets.Add(1) <= int64(n) && time.Now().Before(deadline) {
-				if _, err := acceptBody(base, clientsBody(recipient, time.Now())); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				accepted.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return int(accepted.Load()), err
-	}
-	return int(accepted.Load()), nil
+	var tickets atomic.Int64
+	accepted, _, err := closedLoop(c, d, func() error {
+		if tickets.Add(1) > int64(n) {
+			return errLoopDone
+		}
+		_, err := acceptBody(base, clientsBody(recipient, time.Now()))
+		return err
+	})
+	return int(accepted), err
 }
 
 // clientsFixedRate sends at rate a second for d, open loop (each request at its scheduled time,
 // which is the send time its payload carries, however slow the previous ones).
 func clientsFixedRate(base, recipient string, rate int, d time.Duration) (int, error) {
-	total := int(float64(rate) * d.Seconds())
-	interval := time.Second / time.Duration(rate)
 	var accepted atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now().Add(50 * time.Millisecond)
-	for i := range total {
-		at := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(at))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := acceptBody(base, clientsBody(recipient, at)); err != nil {
-				firstErr.CompareAndSwap(nil, err)
-				return
-			}
+	err := openLoop(rate, int(float64(rate)*d.Seconds()), nil, func(_ int, at time.Time) error {
+		_, err := acceptBody(base, clientsBody(recipient, at))
+		if err == nil {
 			accepted.Add(1)
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return int(accepted.Load()), err
-	}
-	return int(accepted.Load()), nil
+		}
+		return err
+	})
+	return int(accepted.Load()), err
 }
 
 // arrivalSink is the webhook receiver of a clients run: it answers 200 at once and keeps each

@@ -585,37 +585,27 @@ const benchWarmUp = 2 * time.Second
 func benchFixedRate(ctx context.Context, env *benchEnv, sinkURL string, rate int, d time.Duration, measuring func()) ([]float64, map[string]int, error) {
 	warm := int(float64(rate) * benchWarmUp.Seconds())
 	total := warm + int(float64(rate)*d.Seconds())
-	interval := time.Second / time.Duration(rate)
 	scheduled := make(map[string]time.Time, total)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	start := time.Now().Add(50 * time.Millisecond)
-	for i := range total {
-		at := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(at))
+	err := openLoop(rate, total, func(i int) {
 		if i == warm {
 			measuring()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id, err := acceptOne(env.base, sinkURL)
-			if err != nil {
-				failed.CompareAndSwap(nil, err)
-				return
-			}
-			mu.Lock()
-			if i >= warm {
-				scheduled[id] = at
-			} else {
-				scheduled[id] = time.Time{} // counted in the balance, not timed
-			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	}, func(i int, at time.Time) error {
+		id, err := acceptOne(env.base, sinkURL)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		if i >= warm {
+			scheduled[id] = at
+		} else {
+			scheduled[id] = time.Time{} // counted in the balance, not timed
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	counts, err := benchBalance(ctx, env, len(scheduled), 30*time.Second)
