@@ -18,9 +18,9 @@ const Name = "email"
 // DefaultConcurrency caps the SMTP sessions one process has open to one provider. An SMTP
 // attempt holds its connection for several round trips (greeting, EHLO, STARTTLS, AUTH, MAIL,
 // RCPT, DATA, the server's scan of the message) and providers limit concurrent connections per
-// client, commonly to 10-20, answering 421 or refusing to connect beyond that. 16 keeps a full
-// worker pool (16 per channel by default) busy without tripping those limits; an operator
-// whose provider allows more raises it.
+// client, commonly to 10-20, answering 421 or refusing to connect beyond that. 16 stays within
+// those limits; the rest of the channel's worker slots (128 by default) wait for a session or
+// defer their message rather than draw 421s. An operator whose provider allows more raises it.
 const DefaultConcurrency = 16
 
 // Channel describes the email channel for the registry: the senders are its providers in
@@ -29,14 +29,10 @@ const DefaultConcurrency = 16
 //
 // DestinationLimit stays zero: a recipient domain is a host, and the process-wide per-host
 // rule already applies to it; a channel-specific limit would only stack a second one.
-func Channel(senders ...*Sender) commands.Channel {
-	providers := make([]commands.Sender, 0, len(senders))
-	for _, s := range senders {
-		providers = append(providers, s)
-	}
+func Channel(senders ...commands.Sender) commands.Channel {
 	return commands.Channel{
 		Name:          Name,
-		Providers:     providers,
+		Providers:     senders,
 		Check:         Check,
 		Destination:   Destination,
 		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},

@@ -8,6 +8,8 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/provider"
 )
 
 // TLSMode says how a Sender protects its SMTP session.
@@ -79,12 +81,18 @@ type Config struct {
 	HeloName string
 }
 
+// fileKeys are the configuration file's keys of Config's fields where they differ: the password
+// comes from the environment variable password_env names, and the provider's name is the block's
+// own key (""). Validate blames each problem on its file key (provider.KeyError).
+var fileKeys = map[string]string{"host": "host", "port": "port", "tls": "tls", "username": "username",
+	"password": "password_env", "from": "from", "timeout": "timeout", "helo_name": "helo_name"}
+
 // Validate reports every problem of the configuration at once, each naming its key, so an
 // operator fixes them in one round instead of one per restart.
 func (c Config) Validate() error {
 	var problems []error
 	add := func(key, format string, args ...any) {
-		problems = append(problems, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		problems = append(problems, provider.Errorf(fileKeys[key], "%s: %s", key, fmt.Sprintf(format, args...)))
 	}
 	if strings.TrimSpace(c.Provider) == "" {
 		add("provider", "is required (the name the history and metrics show, e.g. smtp)")

@@ -52,10 +52,10 @@ const (
 // Channel describes the Telegram channel for the registry: senders are its providers in
 // failover order (one per bot), limited by Telegram's published per-bot and per-chat limits. A
 // nil sender stays visible as nil, so that the registry refuses it instead of calling it.
-func Channel(senders ...*Sender) commands.Channel {
+func Channel(senders ...commands.Sender) commands.Channel {
 	providers := make([]commands.Sender, len(senders))
 	for i, s := range senders {
-		if s != nil {
+		if t, ok := s.(*Sender); !ok || t != nil {
 			// A nil *Sender in a commands.Sender is not a nil interface: NewChannels would
 			// accept it and the first attempt would panic.
 			providers[i] = s

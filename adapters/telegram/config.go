@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/provider"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -22,7 +24,8 @@ const (
 )
 
 // Config configures one Telegram provider: one bot. Its fields are named in Validate's messages
-// by their config-file keys (provider, base_url, token, timeout).
+// by their config-file keys (provider, base_url, token, timeout), and each problem is blamed on
+// the file's key (provider.KeyError: token_env for the token).
 type Config struct {
 	// Provider names this provider in the history and in metrics ("telegram"; a second bot as
 	// a failover provider needs a name of its own). Required: lowercase letters, digits, - or
@@ -65,17 +68,17 @@ func (c Config) Validate() error {
 	}
 	if c.BaseURL != "" {
 		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, fmt.Errorf("base_url: %w", err))
+			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
 		}
 	}
 	switch {
 	case c.Token == "":
-		problems = append(problems, errors.New("token is required (the bot token BotFather gave)"))
+		problems = append(problems, provider.Errorf("token_env", "token is required (the bot token BotFather gave)"))
 	case !tokenForm.MatchString(c.Token):
-		problems = append(problems, errors.New("token is not of the form <bot id>:<secret> that BotFather gives (check for quotes, spaces or a line break)"))
+		problems = append(problems, provider.Errorf("token_env", "token is not of the form <bot id>:<secret> that BotFather gives (check for quotes, spaces or a line break)"))
 	}
 	if c.Timeout < 0 {
-		problems = append(problems, fmt.Errorf("timeout must not be negative, got %s", c.Timeout))
+		problems = append(problems, provider.Errorf("timeout", "timeout must not be negative, got %s", c.Timeout))
 	}
 	return errors.Join(problems...)
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/provider"
 	"github.com/deliveryledger/ledger/adapters/sms"
 )
 
@@ -35,7 +36,8 @@ const (
 
 // Config configures one Twilio provider: one account and one sender. Validate names its fields
 // by their config-file keys (provider, base_url, account_sid, auth_token_env, from, timeout,
-// delivered_on; status_callback is derived from public_url).
+// delivered_on; status_callback is derived from public_url) and blames each problem on that key
+// (provider.KeyError).
 type Config struct {
 	// Provider names this provider in the history and in metrics ("twilio"; a second account
 	// as a failover provider needs a name of its own). Required: lowercase letters, digits, -
@@ -97,36 +99,36 @@ func (c Config) Validate() error {
 	}
 	if c.BaseURL != "" {
 		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, fmt.Errorf("base_url: %w", err))
+			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
 		}
 	}
 	switch {
 	case c.AccountSID == "":
-		problems = append(problems, errors.New("account_sid is required (the account's SID, AC...)"))
+		problems = append(problems, provider.Errorf("account_sid", "account_sid is required (the account's SID, AC...)"))
 	case !accountSID.MatchString(c.AccountSID):
-		problems = append(problems, errors.New("account_sid: want 2 to 64 letters, digits, - or _ (Twilio's are AC and 32 hex digits)"))
+		problems = append(problems, provider.Errorf("account_sid", "account_sid: want 2 to 64 letters, digits, - or _ (Twilio's are AC and 32 hex digits)"))
 	}
 	switch {
 	case c.AuthToken == "":
-		problems = append(problems, errors.New("auth_token_env: the auth token is required (the environment variable it names is empty or unset)"))
+		problems = append(problems, provider.Errorf("auth_token_env", "auth_token_env: the auth token is required (the environment variable it names is empty or unset)"))
 	case !authToken.MatchString(c.AuthToken):
-		problems = append(problems, errors.New("auth_token_env: the auth token must be 8 to 256 printable characters without spaces (check for quotes, spaces or a line break)"))
+		problems = append(problems, provider.Errorf("auth_token_env", "auth_token_env: the auth token must be 8 to 256 printable characters without spaces (check for quotes, spaces or a line break)"))
 	}
 	if err := checkFrom(c.From); err != nil {
-		problems = append(problems, fmt.Errorf("from: %w", err))
+		problems = append(problems, provider.Errorf("from", "from: %w", err))
 	}
 	if c.StatusCallback != "" {
 		if err := checkCallbackURL(c.StatusCallback); err != nil {
-			problems = append(problems, fmt.Errorf("status_callback (from public_url): %w", err))
+			problems = append(problems, &provider.KeyError{Key: "public_url", Root: true, Err: fmt.Errorf("status_callback (from public_url): %w", err)})
 		}
 	}
 	if c.Timeout < 0 {
-		problems = append(problems, fmt.Errorf("timeout must not be negative, got %s", c.Timeout))
+		problems = append(problems, provider.Errorf("timeout", "timeout must not be negative, got %s", c.Timeout))
 	}
 	switch c.DeliveredOn {
 	case "", DeliveredOnReceipt, DeliveredOnAccept:
 	default:
-		problems = append(problems, fmt.Errorf("delivered_on %q: want %s (the default: delivered when a receipt or a lookup says so) or %s (delivered when Twilio takes the message)",
+		problems = append(problems, provider.Errorf("delivered_on", "delivered_on %q: want %s (the default: delivered when a receipt or a lookup says so) or %s (delivered when Twilio takes the message)",
 			c.DeliveredOn, DeliveredOnReceipt, DeliveredOnAccept))
 	}
 	return errors.Join(problems...)

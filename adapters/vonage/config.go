@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/deliveryledger/ledger/adapters/peer"
+	"github.com/deliveryledger/ledger/adapters/provider"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -88,9 +89,6 @@ type Config struct {
 var (
 	// providerName is what Provider may be: it is a metric label and is shown in the history.
 	providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-	// apiKeyForm catches a pasted quote, space or line break at start-up instead of at the
-	// first status 4. Vonage's keys are 8 hexadecimal characters; longer ones are taken.
-	apiKeyForm = regexp.MustCompile(`^[A-Za-z0-9]{4,64}$`)
 	// senderNumber and senderName are the two forms of a sender Vonage takes.
 	senderNumber = regexp.MustCompile(`^\+?[1-9][0-9]{3,14}$`)
 	senderName   = regexp.MustCompile(`^[A-Za-z0-9 ]{1,11}$`)
@@ -112,37 +110,40 @@ func (c Config) Validate() error {
 	}
 	if c.BaseURL != "" {
 		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, fmt.Errorf("base_url: %w", err))
+			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
 		}
 	}
 	switch {
 	case c.APIKey == "":
-		problems = append(problems, errors.New("api_key is required (the account's API key, from the Vonage dashboard)"))
-	case !apiKeyForm.MatchString(c.APIKey):
-		problems = append(problems, errors.New("api_key: want the letters and digits of the dashboard's API key (check for quotes, spaces or a line break)"))
+		problems = append(problems, provider.Errorf("api_key", "api_key is required (the account's API key, from the Vonage dashboard)"))
+	case !secretForm(c.APIKey):
+		// Vonage documents the key only as the string its dashboard shows (8 hexadecimal
+		// characters today), so only what no key has is refused: a pasted quote, space or
+		// line break, caught at start-up instead of at the first status 4.
+		problems = append(problems, provider.Errorf("api_key", "api_key: want the API key as the dashboard shows it, without spaces, quotes or a line break"))
 	}
 	switch {
 	case c.APISecret == "":
-		problems = append(problems, errors.New("api_secret_env: the API secret is empty (set the environment variable api_secret_env names)"))
+		problems = append(problems, provider.Errorf("api_secret_env", "api_secret_env: the API secret is empty (set the environment variable api_secret_env names)"))
 	case !secretForm(c.APISecret):
-		problems = append(problems, errors.New("api_secret_env: the API secret has spaces, quotes, control characters or a line break"))
+		problems = append(problems, provider.Errorf("api_secret_env", "api_secret_env: the API secret has spaces, quotes, control characters or a line break"))
 	}
 	switch {
 	case c.From == "":
-		problems = append(problems, errors.New("from is required (a Vonage number in E.164, or an alphanumeric sender id)"))
+		problems = append(problems, provider.Errorf("from", "from is required (a Vonage number in E.164, or an alphanumeric sender id)"))
 	case !validSender(c.From):
-		problems = append(problems, fmt.Errorf("from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", peer.Printable(clip(c.From))))
+		problems = append(problems, provider.Errorf("from", "from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", peer.Printable(clip(c.From))))
 	}
 	if c.Callback != "" || c.CallbackToken != "" {
 		problems = append(problems, c.checkCallback()...)
 	}
 	if c.Timeout < 0 {
-		problems = append(problems, fmt.Errorf("timeout must not be negative, got %s", c.Timeout))
+		problems = append(problems, provider.Errorf("timeout", "timeout must not be negative, got %s", c.Timeout))
 	}
 	switch c.DeliveredOn {
 	case "", DeliveredOnReceipt, DeliveredOnAccept:
 	default:
-		problems = append(problems, fmt.Errorf("delivered_on %q: want %s (wait for the delivery receipt) or %s (count Vonage's acceptance as delivered)",
+		problems = append(problems, provider.Errorf("delivered_on", "delivered_on %q: want %s (wait for the delivery receipt) or %s (count Vonage's acceptance as delivered)",
 			peer.Printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
 	}
 	return errors.Join(problems...)
@@ -155,45 +156,50 @@ func (c Config) checkCallback() []error {
 	switch {
 	case c.CallbackToken == "" && c.Callback != "":
 		tokenOK = false
-		problems = append(problems, errors.New("callback_token_env: a callback is set, so the callback token is required (set the environment variable callback_token_env names)"))
+		problems = append(problems, provider.Errorf("callback_token_env", "callback_token_env: a callback is set, so the callback token is required (set the environment variable callback_token_env names)"))
 	case c.CallbackToken == "":
 		tokenOK = false
 	case !secretForm(c.CallbackToken):
 		tokenOK = false
-		problems = append(problems, errors.New("callback_token_env: the callback token has spaces, quotes, control characters or a line break"))
+		problems = append(problems, provider.Errorf("callback_token_env", "callback_token_env: the callback token has spaces, quotes, control characters or a line break"))
 	case utf8.RuneCountInString(c.CallbackToken) < MinCallbackTokenLength:
 		tokenOK = false
-		problems = append(problems, fmt.Errorf("callback_token_env: the callback token is shorter than %d characters: it alone authenticates receipts", MinCallbackTokenLength))
+		problems = append(problems, provider.Errorf("callback_token_env", "callback_token_env: the callback token is shorter than %d characters: it alone authenticates receipts", MinCallbackTokenLength))
 	}
 	if c.Callback == "" {
 		return problems
 	}
 	u, err := url.Parse(c.Callback)
 	if err != nil {
-		return append(problems, errors.New("callback: not a URL"))
+		return append(problems, publicURLError("callback: not a URL"))
 	}
 	switch {
 	case u.Scheme != "https" && !(u.Scheme == "http" && loopbackHost(u.Hostname())):
 		// The token travels in the URL: in clear text only to this machine (tests, ledger sink).
-		problems = append(problems, errors.New("callback: want an absolute https URL (http only to a loopback host): it carries the callback token"))
+		problems = append(problems, publicURLError("callback: want an absolute https URL (http only to a loopback host): it carries the callback token"))
 	case u.Hostname() == "":
-		problems = append(problems, errors.New("callback: must name a host"))
+		problems = append(problems, publicURLError("callback: must name a host"))
 	case u.User != nil:
-		problems = append(problems, errors.New("callback: must not carry a user name or password"))
+		problems = append(problems, publicURLError("callback: must not carry a user name or password"))
 	case u.Fragment != "":
-		problems = append(problems, errors.New("callback: must not have a fragment"))
+		problems = append(problems, publicURLError("callback: must not have a fragment"))
 	default:
 		q, err := url.ParseQuery(u.RawQuery)
 		switch {
 		case err != nil:
-			problems = append(problems, errors.New("callback: its query does not parse"))
+			problems = append(problems, publicURLError("callback: its query does not parse"))
 		case len(q["token"]) != 1:
-			problems = append(problems, errors.New("callback: want exactly one token query parameter (…/v1/receipts/{provider}?token=…)"))
+			problems = append(problems, publicURLError("callback: want exactly one token query parameter (…/v1/receipts/{provider}?token=…)"))
 		case tokenOK && !sameSecret(q.Get("token"), c.CallbackToken):
-			problems = append(problems, errors.New("callback: its token query parameter is not the callback token, so every receipt would be refused"))
+			problems = append(problems, publicURLError("callback: its token query parameter is not the callback token, so every receipt would be refused"))
 		}
 	}
 	return problems
+}
+
+// publicURLError blames a problem of the callback URL on public_url, which it is built from.
+func publicURLError(msg string) error {
+	return &provider.KeyError{Key: "public_url", Root: true, Err: errors.New(msg)}
 }
 
 // secretForm reports whether a secret is a single word of printable ASCII without quotes: what a

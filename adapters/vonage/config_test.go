@@ -2,11 +2,15 @@ package vonage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/provider"
 )
 
 // goodConfig is a valid configuration with a callback.
@@ -29,6 +33,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Callback = "http://127.0.0.1:8080/v1/receipts/vonage?token=" + testToken },
 		func(c *Config) { c.Callback = "http://localhost:8080/v1/receipts/vonage?token=" + testToken },
 		func(c *Config) { c.DeliveredOn = DeliveredOnReceipt },
+		func(c *Config) { c.APIKey = "abc" }, // issue 14's example: Vonage documents no form
 	} {
 		cfg := goodConfig()
 		change(&cfg)
@@ -173,5 +178,36 @@ func TestNewAppliesDefaults(t *testing.T) {
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Error("New(Config{}) = nil error, want the problems")
+	}
+}
+
+// TestProviderTypeBlamesTheFilesKeys: the provider type's check names each problem by the key the
+// configuration file writes, and warns when no callback token means no receipts.
+func TestProviderTypeBlamesTheFilesKeys(t *testing.T) {
+	t.Parallel()
+	s := &provider.Settings{Name: "vonage", PublicURL: "https://ledger.example.com",
+		Values: map[string]any{"api_key": "ab cd", "api_secret_env": testSecret, "from": "Ledger"}}
+	var keys []string
+	for _, problem := range provider.Problems(ProviderType.Check(s)) {
+		var ke *provider.KeyError
+		if !errors.As(problem, &ke) {
+			t.Fatalf("problem %v names no key", problem)
+		}
+		keys = append(keys, ke.Key)
+	}
+	if !slices.Equal(keys, []string{"api_key"}) || len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "no callback_token_env") {
+		t.Fatalf("keys %v, warnings %q; want api_key refused and a warning that no receipt is asked for", keys, s.Warnings)
+	}
+	s.Values["api_key"], s.Values["callback_token_env"], s.Warnings = "abc", testToken, nil
+	if err := ProviderType.Check(s); err != nil || len(s.Warnings) != 0 {
+		t.Fatalf("Check = %v, warnings %q", err, s.Warnings)
+	}
+	if c := config(s); c.Callback != "https://ledger.example.com/v1/receipts/vonage?token="+testToken {
+		t.Fatalf("callback %s", c.Callback)
+	}
+	s.PublicURL = ""
+	var ke *provider.KeyError
+	if err := ProviderType.Check(s); !errors.As(err, &ke) || ke.Key != "public_url" || !ke.Root {
+		t.Fatalf("Check without public_url = %v, want public_url required", err)
 	}
 }

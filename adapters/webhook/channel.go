@@ -15,23 +15,19 @@ import (
 // and queue names. It is the one place the name is written.
 const Name = "webhook"
 
-// DefaultConcurrency caps the webhook calls one process has in flight. It is far above the
-// default worker concurrency (16 per channel), so out of the box it never refuses; it is a
-// ceiling for operators who raise worker concurrency, so that the webhook provider alone cannot
-// exhaust the process's sockets and file descriptors.
+// DefaultConcurrency caps the webhook calls one process has in flight. It is above the default
+// worker concurrency (128 per channel), so out of the box it never refuses; it is a ceiling for
+// operators who raise worker concurrency, so that the webhook provider alone cannot exhaust the
+// process's sockets and file descriptors.
 const DefaultConcurrency = 256
 
 // Channel describes the webhook channel for the registry: senders deliver, in failover order; a
 // recipient is an absolute http(s) URL, and the whole payload is the body; calls are limited per
-// destination host (limit.HostOf).
-func Channel(senders ...*Sender) commands.Channel {
-	providers := make([]commands.Sender, len(senders))
-	for i, s := range senders {
-		providers[i] = s
-	}
+// destination host (limit.HostOf) by the process-wide per-host rule.
+func Channel(senders ...commands.Sender) commands.Channel {
 	return commands.Channel{
 		Name:          Name,
-		Providers:     providers,
+		Providers:     senders,
 		Check:         Check,
 		Destination:   limit.HostOf,
 		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/deliveryledger/ledger/adapters/provider"
 )
 
 // Defaults applied by New to the zero fields of a Config.
@@ -45,7 +47,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var problems []error
 	if c.Timeout < 0 {
-		problems = append(problems, fmt.Errorf("webhook timeout must not be negative, got %s", c.Timeout))
+		problems = append(problems, provider.Errorf("timeout", "webhook timeout must not be negative, got %s", c.Timeout))
 	}
 	for i, p := range c.AllowCIDRs {
 		if !p.IsValid() {

@@ -4,64 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/breaker"
-	"github.com/deliveryledger/ledger/adapters/email"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
-	"github.com/deliveryledger/ledger/adapters/sms"
-	"github.com/deliveryledger/ledger/adapters/telegram"
-	"github.com/deliveryledger/ledger/adapters/twilio"
-	"github.com/deliveryledger/ledger/adapters/vonage"
+	ptype "github.com/deliveryledger/ledger/adapters/provider"
 	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// channelKind is a channel this ledger knows how to serve: the type of provider it takes and how
-// to build it from its providers' settings.
-type channelKind struct {
-	name          string
-	providerTypes []string
-	build         func(a *App, providers []*ProviderFile) (commands.Channel, error)
-}
-
-// channelKinds lists the channels, one line each. A new channel is one adapter package and one
-// line here; everything else (accept checks, queues, workers, limits, metrics, the
-// configuration file) follows from the registry built from it.
-var channelKinds = []channelKind{
-	{webhook.Name, []string{TypeWebhook}, (*App).webhookChannel},
-	{email.Name, []string{TypeSMTP}, (*App).emailChannel},
-	{telegram.Name, []string{TypeTelegram}, (*App).telegramChannel},
-	{sms.Name, []string{TypeTwilio, TypeVonage}, (*App).smsChannel},
-}
-
-func kindOf(name string) (channelKind, bool) {
-	i := slices.IndexFunc(channelKinds, func(k channelKind) bool { return k.name == name })
-	if i < 0 {
-		return channelKind{}, false
-	}
-	return channelKinds[i], true
-}
-
-func kindNames() []string {
-	names := make([]string, len(channelKinds))
-	for i, k := range channelKinds {
-		names[i] = k.name
-	}
-	return names
-}
-
 // defaultFile is the configuration without a file: one webhook channel with one webhook
 // provider, as the ledger has always run.
 func defaultFile() *File {
 	return &File{
-		Channels:  []ChannelFile{{Name: webhook.Name, Providers: []string{webhook.Name}}},
-		Providers: map[string]*ProviderFile{webhook.Name: {Name: webhook.Name, Type: TypeWebhook}},
+		Channels: []ChannelFile{{Name: webhook.Name, Providers: []string{webhook.Name}}},
+		Providers: map[string]*ProviderFile{webhook.Name: {Name: webhook.Name, Type: webhook.Name,
+			Settings: &ptype.Settings{Name: webhook.Name, Values: map[string]any{}}}},
 	}
 }
 
@@ -73,27 +34,42 @@ func (c *Config) loadFile() (*File, error) {
 	return LoadFile(c.ConfigFile, os.LookupEnv)
 }
 
-// registry builds the channels the file names, with their retry policies.
+// registry builds the channels the file names, with their retry policies: each provider by its
+// type (providerTypes), each channel by the unit its providers' type names.
 func (a *App) registry(file *File) (*commands.Channels, map[string]domain.RetryPolicy, error) {
+	hooks, hooksErr := a.webhookProcess()
+	types := providerTypes(hooks)
 	var channels []commands.Channel
 	policies := map[string]domain.RetryPolicy{}
 	var problems []error
 	a.publicURL, a.providers = file.PublicURL, nil
+	if a.logger != nil {
+		for _, w := range file.Warnings {
+			a.logger.Warn("configuration file: " + w)
+		}
+	}
 	for _, cf := range file.Channels {
-		kind, ok := kindOf(cf.Name)
-		if !ok {
-			problems = append(problems, fmt.Errorf("channel %q: unknown (known: %v)", cf.Name, kindNames()))
+		unit := unitOf(types, cf.Name)
+		if unit == nil {
+			problems = append(problems, fmt.Errorf("channel %q: unknown (known: %v)", cf.Name, channelNames(types)))
 			continue
 		}
 		providers := make([]*ProviderFile, len(cf.Providers))
+		senders := make([]commands.Sender, len(cf.Providers))
+		built := true
 		for i, name := range cf.Providers {
 			providers[i] = file.Providers[name]
+			s, err := a.sender(file, providers[i], types, hooksErr)
+			if err != nil {
+				problems = append(problems, err)
+				built = false
+			}
+			senders[i] = s
 		}
-		ch, err := kind.build(a, providers)
-		if err != nil {
-			problems = append(problems, fmt.Errorf("channel %s: %w", cf.Name, err))
+		if !built {
 			continue
 		}
+		ch := unit(senders...)
 		a.describe(ch, providers)
 		if s, ok := a.opts.senders[ch.Name]; ok {
 			ch.Providers = []commands.Sender{s}
@@ -107,7 +83,7 @@ func (a *App) registry(file *File) (*commands.Channels, map[string]domain.RetryP
 			}
 			p.RetryUnknown = cf.Unknown == UnknownRetry
 			if err := p.Validate(); err != nil {
-				problems = append(problems, fmt.Errorf("channels.%s.retry: %w", cf.Name, err))
+				problems = append(problems, file.at(max(cf.RetryLine, cf.Line), "channels."+cf.Name+".retry", err))
 			}
 			policies[cf.Name] = p
 		}
@@ -119,65 +95,75 @@ func (a *App) registry(file *File) (*commands.Channels, map[string]domain.RetryP
 	return registry, policies, err
 }
 
-// webhookChannel builds the webhook channel. The process-wide webhook settings (the SSRF allow
-// list, the signing secrets) apply to each of its providers; --webhook-timeout, when set,
-// overrides a provider's timeout.
-func (a *App) webhookChannel(providers []*ProviderFile) (commands.Channel, error) {
+// sender builds one provider by its type, each refusal at its line and key in the file. The
+// type's checks run again first: they ran when the file was read, but the process's own settings
+// (InFlight, the webhook settings) were not known then.
+func (a *App) sender(file *File, pf *ProviderFile, types []ptype.Type, hooksErr error) (commands.Sender, error) {
+	typ, ok := typeOf(types, pf.Type)
+	if !ok {
+		return nil, file.blame(pf, fmt.Errorf("unknown type %q (known: %s)", pf.Type, strings.Join(typeNames(types), ", ")))
+	}
+	if hooksErr != nil && typ.Name == webhook.Name {
+		return nil, hooksErr
+	}
+	settings := *pf.Settings
+	settings.InFlight, settings.Warnings = a.cfg.WorkerConcurrency, nil
+	if typ.Check != nil {
+		var problems []error
+		for _, problem := range ptype.Problems(typ.Check(&settings)) {
+			problems = append(problems, file.blame(pf, problem))
+		}
+		if len(problems) > 0 {
+			return nil, errors.Join(problems...)
+		}
+	}
+	s, err := typ.New(&settings)
+	if err != nil {
+		return nil, file.blame(pf, err)
+	}
+	timeout, maxWait := settings.Duration(ptype.ReceiptTimeout.Name), settings.Duration(ptype.ReceiptMaxWait.Name)
+	if timeout > 0 || maxWait > 0 {
+		s = &receiptWindows{Sender: s, timeout: timeout, maxWait: maxWait}
+	}
+	return s, nil
+}
+
+// unitOf is the channel unit of the types that serve channel, nil when none does.
+func unitOf(types []ptype.Type, channel string) func(...commands.Sender) commands.Channel {
+	for _, t := range types {
+		if t.Channel == channel {
+			return t.Unit
+		}
+	}
+	return nil
+}
+
+// webhookProcess gathers the process-wide webhook settings every webhook provider takes: the
+// SSRF allow list and the signing secrets; --webhook-timeout, when set, overrides a provider's
+// timeout.
+func (a *App) webhookProcess() (webhook.Process, error) {
 	allow, err := webhook.ParseCIDRs(a.cfg.WebhookAllowCIDRs)
 	if err != nil {
-		return commands.Channel{}, fmt.Errorf("--webhook-allow-cidrs: %w", err)
+		return webhook.Process{}, fmt.Errorf("--webhook-allow-cidrs: %w", err)
 	}
 	secrets, err := webhook.ParseSecrets(a.cfg.WebhookSecrets)
 	if err != nil {
-		return commands.Channel{}, fmt.Errorf("--webhook-secrets: %w", err)
+		return webhook.Process{}, fmt.Errorf("--webhook-secrets: %w", err)
 	}
-	senders := make([]*webhook.Sender, len(providers))
-	for i, p := range providers {
-		timeout := a.cfg.WebhookTimeout
-		if p.Timeout > 0 && !a.cfg.explicit["webhook-timeout"] {
-			timeout = p.Timeout
-		}
-		senders[i], err = webhook.New(webhook.Config{Provider: p.Name, Timeout: timeout, AllowCIDRs: allow,
-			InFlight: a.cfg.WorkerConcurrency, Secrets: secrets})
-		if err != nil {
-			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
-		}
-	}
-	return webhook.Channel(senders...), nil
-}
-
-// emailChannel builds the email channel, one SMTP relay per provider.
-func (a *App) emailChannel(providers []*ProviderFile) (commands.Channel, error) {
-	senders := make([]*email.Sender, len(providers))
-	for i, p := range providers {
-		var err error
-		senders[i], err = email.New(email.Config{Provider: p.Name, Host: p.Host, Port: p.Port, TLS: email.TLSMode(p.TLS),
-			Username: p.Username, Password: p.Password, From: p.From, Timeout: p.Timeout})
-		if err != nil {
-			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
-		}
-	}
-	return email.Channel(senders...), nil
-}
-
-// telegramChannel builds the Telegram channel, one bot per provider.
-func (a *App) telegramChannel(providers []*ProviderFile) (commands.Channel, error) {
-	senders := make([]*telegram.Sender, len(providers))
-	for i, p := range providers {
-		var err error
-		senders[i], err = telegram.New(telegram.Config{Provider: p.Name, BaseURL: p.BaseURL, Token: p.Token, Timeout: p.Timeout})
-		if err != nil {
-			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
-		}
-	}
-	return telegram.Channel(senders...), nil
+	return webhook.Process{AllowCIDRs: allow, Secrets: secrets, Timeout: a.cfg.WebhookTimeout,
+		Override: a.cfg.explicit["webhook-timeout"]}, nil
 }
 
 // CheckFile validates a configuration file without starting anything: it reads it, checks every
 // key and value, reads the secrets it names from the environment, and builds every channel and
 // provider from it (which checks their settings), then describes what it found.
 func CheckFile(path string, cfg Config) ([]string, error) {
-	file, err := LoadFile(path, os.LookupEnv)
+	return checkFile(path, cfg, os.LookupEnv)
+}
+
+// checkFile is CheckFile with the secrets read by getenv.
+func checkFile(path string, cfg Config, getenv func(string) (string, bool)) ([]string, error) {
+	file, err := LoadFile(path, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +190,12 @@ func CheckFile(path string, cfg Config) ([]string, error) {
 		}
 		lines = append(lines, fmt.Sprintf("channel %s: providers %v; %s", name, providers, retry))
 	}
+	for _, w := range file.Warnings {
+		lines = append(lines, "warning: "+w)
+	}
 	for _, p := range a.providers {
 		var notes []string
-		if p.receipts != nil {
+		if p.receipts != nil && !p.warned {
 			if a.publicURL != "" {
 				notes = append(notes, "receipts at "+strings.TrimSuffix(a.publicURL, "/")+"/v1/receipts/"+p.name)
 			} else {
@@ -236,6 +225,9 @@ type provider struct {
 	// still on its way; lookupRate bounds its lookups a second.
 	recheck    time.Duration
 	lookupRate float64
+	// warned is true when the file's check warned about the provider (a Vonage account without
+	// a callback token sends no callback URL).
+	warned bool
 }
 
 // defaultLookupRate is the lookups a second a provider gets when its lookup_rate is not set:
@@ -246,7 +238,9 @@ const defaultLookupRate = 5
 func (a *App) describe(ch commands.Channel, files []*ProviderFile) {
 	for i, pf := range files {
 		p := provider{name: pf.Name, typ: pf.Type, channel: ch.Name, breaker: pf.Breaker,
-			recheck: pf.ReceiptTimeout, lookupRate: pf.LookupRate}
+			recheck:    pf.Settings.Duration(ptype.ReceiptTimeout.Name),
+			lookupRate: pf.Settings.Number(ptype.LookupRate.Name),
+			warned:     len(pf.Settings.Warnings) > 0}
 		if p.recheck == 0 {
 			p.recheck = domain.DefaultReceiptTimeout
 		}
@@ -263,44 +257,6 @@ func (a *App) describe(ch commands.Channel, files []*ProviderFile) {
 		}
 		a.providers = append(a.providers, p)
 	}
-}
-
-// smsChannel builds the SMS channel, a Twilio or Vonage account per provider, in failover order.
-// Providers call back {public_url}/v1/receipts/{provider}.
-func (a *App) smsChannel(providers []*ProviderFile) (commands.Channel, error) {
-	senders := make([]commands.Sender, len(providers))
-	callback := func(name string) string {
-		if a.publicURL == "" {
-			return ""
-		}
-		return strings.TrimSuffix(a.publicURL, "/") + "/v1/receipts/" + name
-	}
-	for i, p := range providers {
-		var s commands.Sender
-		var err error
-		switch p.Type {
-		case TypeTwilio:
-			s, err = twilio.New(twilio.Config{Provider: p.Name, BaseURL: p.BaseURL, AccountSID: p.AccountSID, AuthToken: p.AuthToken,
-				From: p.From, StatusCallback: callback(p.Name), Timeout: p.Timeout, DeliveredOn: p.DeliveredOn})
-		case TypeVonage:
-			cb := callback(p.Name)
-			if cb != "" && p.CallbackToken != "" {
-				cb += "?token=" + url.QueryEscape(p.CallbackToken)
-			}
-			s, err = vonage.New(vonage.Config{Provider: p.Name, BaseURL: p.BaseURL, APIKey: p.APIKey, APISecret: p.APISecret,
-				From: p.From, Callback: cb, CallbackToken: p.CallbackToken, Timeout: p.Timeout, DeliveredOn: p.DeliveredOn})
-		default:
-			err = fmt.Errorf("type %s does not send SMS", p.Type)
-		}
-		if err != nil {
-			return commands.Channel{}, fmt.Errorf("provider %s: %w", p.Name, err)
-		}
-		if p.ReceiptTimeout > 0 || p.ReceiptMaxWait > 0 {
-			s = &receiptWindows{Sender: s, timeout: p.ReceiptTimeout, maxWait: p.ReceiptMaxWait}
-		}
-		senders[i] = s
-	}
-	return sms.Channel(senders...), nil
 }
 
 // receiptWindows gives a provider's acceptances its receipt_timeout and receipt_max_wait.

@@ -3,7 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/deliveryledger/ledger/adapters/breaker"
+	ptype "github.com/deliveryledger/ledger/adapters/provider"
+	"github.com/deliveryledger/ledger/adapters/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -39,6 +40,24 @@ type File struct {
 	Providers map[string]*ProviderFile
 	// Path is where the file was read from ("" for the built-in default).
 	Path string
+	// Warnings are what runs but deserves a word: `ledger config check` prints them and the
+	// ledger logs them at start.
+	Warnings []string
+	// root is the file's top mapping, for the lines of the wiring's refusals.
+	root *yaml.Node
+}
+
+// at is a refusal of the wiring at a line of the file, or without one for the built-in default.
+func (f *File) at(line int, field string, err error) error {
+	if f.Path == "" {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return fmt.Errorf("%s:%d: %s: %w", f.Path, line, field, err)
+}
+
+// blame is a provider's refusal at its line and key in the file.
+func (f *File) blame(pf *ProviderFile, problem error) error {
+	return blame(f.Path, f.root, pf, problem)
 }
 
 // ChannelFile is one channel of the file.
@@ -50,6 +69,8 @@ type ChannelFile struct {
 	Retry *domain.RetryPolicy
 	// Unknown is what an unknown outcome leads to: UnknownHold (the default) or UnknownRetry.
 	Unknown string
+	// Line and RetryLine locate the channel and its retry block in the file (0 without one).
+	Line, RetryLine int
 }
 
 // Unknown policies of a channel.
@@ -61,57 +82,35 @@ const (
 	UnknownRetry = "retry"
 )
 
-// ProviderFile is one provider of the file: its type and the settings of that type. Secret
-// values have been read from the environment.
+// ProviderFile is one provider of the file: its type and the settings of that type, as the
+// type declares them (ptype.Type.Keys). Secret values have been read from the environment.
 type ProviderFile struct {
-	Name    string
-	Type    string
-	Timeout time.Duration
-	// smtp
-	Host     string
-	Port     int
-	TLS      string
-	Username string
-	Password string
-	From     string
-	// telegram, twilio, vonage
-	BaseURL string
-	Token   string
-	// twilio
-	AccountSID string
-	AuthToken  string
-	LookupRate float64
-	// vonage
-	APIKey        string
-	APISecret     string
-	CallbackToken string
-	// SMS: what counts as delivered, and how long to wait for a receipt.
-	DeliveredOn    string
-	ReceiptTimeout time.Duration
-	ReceiptMaxWait time.Duration
+	Name string
+	// Type is the provider type's name (the block's type key).
+	Type string
+	// Settings are the block's keys and values, timeout included.
+	Settings *ptype.Settings
 	// Breaker is the provider's circuit breaker; zero fields take the defaults.
 	Breaker breaker.Settings
+	// at locates the block and its keys in the file, for the refusals of the wiring.
+	at *blockLines
 }
 
-// Provider types, and the channel each serves.
-const (
-	TypeWebhook  = "webhook"
-	TypeSMTP     = "smtp"
-	TypeTelegram = "telegram"
-	TypeTwilio   = "twilio"
-	TypeVonage   = "vonage"
-)
+// blockLines are where a provider block and its keys are in the file.
+type blockLines struct {
+	block int
+	keys  map[string]int
+}
 
-// providerKeys are the keys each provider type takes, beside type and timeout. A key ending in
-// _env names the environment variable holding a secret.
-var providerKeys = map[string][]string{
-	TypeWebhook:  {},
-	TypeSMTP:     {"host", "port", "tls", "username", "password_env", "from"},
-	TypeTelegram: {"base_url", "token_env"},
-	TypeTwilio: {"base_url", "account_sid", "auth_token_env", "from", "delivered_on", "receipt_timeout",
-		"receipt_max_wait", "lookup_rate"},
-	TypeVonage: {"base_url", "api_key", "api_secret_env", "from", "callback_token_env", "delivered_on",
-		"receipt_timeout", "receipt_max_wait"},
+// line is the line of key, or of the block when key is not in it.
+func (b *blockLines) line(key string) int {
+	if b == nil {
+		return 0
+	}
+	if l, ok := b.keys[key]; ok {
+		return l
+	}
+	return b.block
 }
 
 // commonProviderKeys are the keys every provider type takes.
@@ -133,9 +132,10 @@ func LoadFile(path string, getenv func(string) (string, bool)) (*File, error) {
 	return ParseFile(path, data, getenv)
 }
 
-// ParseFile is LoadFile on data already read.
+// ParseFile is LoadFile on data already read. It checks every provider the file declares,
+// whether a channel uses it or not, with its type's own checks (ptype.Type.Check).
 func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*File, error) {
-	p := &fileParser{path: path, getenv: getenv}
+	p := &fileParser{path: path, getenv: getenv, types: providerTypes(webhook.Process{})}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -144,7 +144,9 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 	if len(root.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", path)
 	}
-	doc := p.mapping(root.Content[0], "")
+	p.root = root.Content[0]
+	f.root = p.root
+	doc := p.mapping(p.root, "")
 	var channels, providers *yaml.Node
 	for _, kv := range doc {
 		switch kv.key {
@@ -163,18 +165,14 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 	}
 	if providers != nil {
 		for _, kv := range p.mapping(providers, "providers") {
-			if pf := p.provider(kv.key, kv.value); pf != nil {
+			if pf := p.provider(kv.key, kv.value, f.PublicURL); pf != nil {
 				f.Providers[kv.key] = pf
+				f.Warnings = append(f.Warnings, pf.Settings.Warnings...)
 			}
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(f.Providers)) {
-		if pf := f.Providers[name]; pf.Type == TypeVonage && pf.DeliveredOn != "accept" && f.PublicURL == "" {
-			p.fail(root.Content[0], "public_url", "required by provider %s: Vonage sends its receipts to {public_url}/v1/receipts/%s (or give it delivered_on: accept)", name, name)
-		}
-	}
 	if channels == nil {
-		p.fail(root.Content[0], "channels", "required: the channels this ledger serves")
+		p.fail(p.root, "channels", "required: the channels this ledger serves")
 	} else {
 		for _, kv := range p.mapping(channels, "channels") {
 			f.Channels = append(f.Channels, p.channel(kv.key, kv.value, f.Providers))
@@ -188,8 +186,11 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 
 // fileParser walks the YAML tree and collects every problem with its line.
 type fileParser struct {
-	path     string
-	getenv   func(string) (string, bool)
+	path   string
+	getenv func(string) (string, bool)
+	// types are the provider types a block may name; root is the file's top mapping.
+	types    []ptype.Type
+	root     *yaml.Node
 	problems []error
 }
 
@@ -282,119 +283,156 @@ func (p *fileParser) secret(n *yaml.Node, field string) string {
 	return v
 }
 
-// provider parses one provider block.
-func (p *fileParser) provider(name string, n *yaml.Node) *ProviderFile {
+// provider parses one provider block: the keys every provider takes, then the keys its type
+// declares, read by their kind, then the type's own checks.
+func (p *fileParser) provider(name string, n *yaml.Node, publicURL string) *ProviderFile {
 	field := "providers." + name
 	kvs := p.mapping(n, field)
-	pf := &ProviderFile{Name: name}
+	pf := &ProviderFile{Name: name, at: &blockLines{block: n.Line, keys: map[string]int{}},
+		Settings: &ptype.Settings{Name: name, PublicURL: publicURL, Values: map[string]any{}}}
 	for _, kv := range kvs {
 		if kv.key == "type" {
 			pf.Type = p.str(kv.value, field+".type")
 		}
 	}
-	keys, known := providerKeys[pf.Type]
+	names := typeNames(p.types)
+	typ, known := typeOf(p.types, pf.Type)
 	switch {
 	case pf.Type == "":
-		p.fail(n, field+".type", "required: one of webhook, smtp, telegram, twilio, vonage")
+		p.fail(n, field+".type", "required: one of %s", strings.Join(names, ", "))
 		return nil
 	case !known:
-		p.fail(n, field+".type", "unknown type %q (known: webhook, smtp, telegram, twilio, vonage)", pf.Type)
+		p.fail(n, field+".type", "unknown type %q (known: %s)", pf.Type, strings.Join(names, ", "))
 		return nil
 	}
+	refused := map[string]bool{} // the keys already refused, which the type's checks need not repeat
+	before := len(p.problems)
 	for _, kv := range kvs {
 		f := field + "." + kv.key
+		pf.at.keys[kv.key] = kv.value.Line
+		key, declared := keyOf(typ, kv.key)
 		switch {
 		case kv.key == "type":
 		case kv.key == "timeout":
-			pf.Timeout = p.duration(kv.value, f)
+			pf.Settings.Timeout = p.duration(kv.value, f)
 		case kv.key == "breaker":
 			pf.Breaker = p.breaker(kv.value, f)
 		case secretKeys[kv.key] != "":
 			p.fail(kv.keyNode, f, "secrets are not written in the file: name the environment variable that holds it with %s", secretKeys[kv.key])
-		case !slices.Contains(keys, kv.key):
-			p.unknown(kv.keyNode, f, strings.Join(append(slices.Clone(commonProviderKeys), keys...), ", "))
-		case kv.key == "host":
-			pf.Host = p.str(kv.value, f)
-		case kv.key == "port":
-			if pf.Port = p.integer(kv.value, f); pf.Port < 1 || pf.Port > 65535 {
-				p.fail(kv.value, f, "must be from 1 to 65535")
-			}
-		case kv.key == "tls":
-			if pf.TLS = p.str(kv.value, f); pf.TLS != "starttls" && pf.TLS != "implicit" && pf.TLS != "none" {
-				p.fail(kv.value, f, "want starttls (required), implicit or none, got %q", pf.TLS)
-			}
-		case kv.key == "username":
-			pf.Username = p.str(kv.value, f)
-		case kv.key == "password_env":
-			pf.Password = p.secret(kv.value, f)
-		case kv.key == "from":
-			pf.From = p.str(kv.value, f)
-		case kv.key == "base_url":
-			pf.BaseURL = p.str(kv.value, f)
-			if u, err := url.Parse(pf.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				p.fail(kv.value, f, "want an absolute http(s) URL")
-			}
-		case kv.key == "token_env":
-			pf.Token = p.secret(kv.value, f)
-		case kv.key == "account_sid":
-			pf.AccountSID = p.str(kv.value, f)
-		case kv.key == "auth_token_env":
-			pf.AuthToken = p.secret(kv.value, f)
-		case kv.key == "api_key":
-			pf.APIKey = p.str(kv.value, f)
-		case kv.key == "api_secret_env":
-			pf.APISecret = p.secret(kv.value, f)
-		case kv.key == "callback_token_env":
-			pf.CallbackToken = p.secret(kv.value, f)
-		case kv.key == "delivered_on":
-			if pf.DeliveredOn = p.str(kv.value, f); pf.DeliveredOn != "receipt" && pf.DeliveredOn != "accept" {
-				p.fail(kv.value, f, "want receipt (delivered when a receipt or a lookup says so) or accept (delivered when the provider takes the message), got %q", pf.DeliveredOn)
-			}
-		case kv.key == "receipt_timeout":
-			pf.ReceiptTimeout = p.duration(kv.value, f)
-		case kv.key == "receipt_max_wait":
-			pf.ReceiptMaxWait = p.duration(kv.value, f)
-		case kv.key == "lookup_rate":
-			if pf.LookupRate = p.number(kv.value, f); pf.LookupRate <= 0 {
-				p.fail(kv.value, f, "must be positive (lookups a second)")
-			}
+		case !declared:
+			known := append(slices.Clone(commonProviderKeys), keyNames(typ)...)
+			p.unknown(kv.keyNode, f, strings.Join(known, ", "))
+		default:
+			pf.Settings.Values[kv.key] = p.value(key, kv.value, f)
+		}
+		if len(p.problems) > before {
+			refused[kv.key], before = true, len(p.problems)
 		}
 	}
-	if pf.ReceiptTimeout > 0 && pf.ReceiptMaxWait > 0 && pf.ReceiptMaxWait < pf.ReceiptTimeout {
-		p.fail(n, field+".receipt_max_wait", "must be at least receipt_timeout (%s)", pf.ReceiptTimeout)
+	for _, key := range typ.Keys {
+		if key.Required && !p.has(kvs, key.Name) {
+			p.fail(n, field+"."+key.Name, "%s", required(key, pf.Type))
+			refused[key.Name] = true
+		}
 	}
-	switch pf.Type {
-	case TypeSMTP:
-		for key, missing := range map[string]bool{"host": pf.Host == "", "port": pf.Port == 0, "from": pf.From == ""} {
-			if missing {
-				p.fail(n, field+"."+key, "required for an smtp provider")
+	timeout, maxWait := pf.Settings.Duration(ptype.ReceiptTimeout.Name), pf.Settings.Duration(ptype.ReceiptMaxWait.Name)
+	if timeout > 0 && maxWait > 0 && maxWait < timeout {
+		p.fail(n, field+"."+ptype.ReceiptMaxWait.Name, "must be at least %s (%s)", ptype.ReceiptTimeout.Name, timeout)
+	}
+	if typ.Check != nil {
+		for _, problem := range ptype.Problems(typ.Check(pf.Settings)) {
+			if ke := (*ptype.KeyError)(nil); !errors.As(problem, &ke) || !refused[ke.Key] || ke.Root {
+				p.problems = append(p.problems, p.blame(pf, problem))
 			}
-		}
-		if pf.TLS == "" {
-			pf.TLS = "starttls"
-		}
-	case TypeTelegram:
-		if pf.Token == "" && !p.has(kvs, "token_env") {
-			p.fail(n, field+".token_env", "required: the environment variable holding the bot's token")
-		}
-	case TypeTwilio:
-		p.require(n, kvs, field, "twilio", "account_sid", "auth_token_env", "from")
-	case TypeVonage:
-		p.require(n, kvs, field, "vonage", "api_key", "api_secret_env", "from")
-		if pf.DeliveredOn != "accept" && !p.has(kvs, "callback_token_env") {
-			p.fail(n, field+".callback_token_env", "required: the environment variable holding the secret Vonage's receipts carry in their URL (at least 16 characters), or delivered_on: accept")
 		}
 	}
 	return pf
 }
 
-// require fails each of keys that a provider block lacks.
-func (p *fileParser) require(n *yaml.Node, kvs []keyValue, field, typ string, keys ...string) {
-	for _, key := range keys {
-		if !p.has(kvs, key) {
-			p.fail(n, field+"."+key, "required for a %s provider", typ)
+// required is the refusal of a required key a block lacks.
+func required(key ptype.Key, typ string) string {
+	if key.Help != "" {
+		return fmt.Sprintf("required for a provider of type %s: %s", typ, key.Help)
+	}
+	return "required for a provider of type " + typ
+}
+
+// value reads a declared key's value by its kind.
+func (p *fileParser) value(key ptype.Key, n *yaml.Node, field string) any {
+	switch key.Kind {
+	case ptype.Int:
+		before := len(p.problems)
+		v := p.integer(n, field)
+		if len(p.problems) == before && (v < key.Min || v > key.Max) {
+			p.fail(n, field, "must be from %d to %d", key.Min, key.Max)
+		}
+		return v
+	case ptype.Number:
+		before := len(p.problems)
+		v := p.number(n, field)
+		if len(p.problems) == before && v <= 0 {
+			p.fail(n, field, "must be positive (%s)", key.Help)
+		}
+		return v
+	case ptype.Duration:
+		return p.duration(n, field)
+	case ptype.Secret:
+		return p.secret(n, field)
+	case ptype.URL:
+		v := p.str(n, field)
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.fail(n, field, "want an absolute http(s) URL")
+		}
+		return v
+	}
+	v := p.str(n, field)
+	if len(key.Choices) > 0 && !slices.Contains(key.Choices, v) {
+		want := strings.Join(key.Choices[:len(key.Choices)-1], ", ") + " or " + key.Choices[len(key.Choices)-1]
+		if key.Help != "" {
+			want = key.Help
+		}
+		p.fail(n, field, "want %s, got %q", want, v)
+	}
+	return v
+}
+
+// blame gives a problem the type's checks found in a provider block its file, line and key.
+func (p *fileParser) blame(pf *ProviderFile, problem error) error {
+	return blame(p.path, p.root, pf, problem)
+}
+
+// blame says where a provider's problem is: the line and the key the file writes
+// ("f.yaml:7: providers.tg.token_env: ..."), the block's when no key is to blame. path "" is the
+// built-in default, which has no lines.
+func blame(path string, root *yaml.Node, pf *ProviderFile, problem error) error {
+	field, line, msg := "providers."+pf.Name, pf.at.line(""), problem.Error()
+	var ke *ptype.KeyError
+	if errors.As(problem, &ke) {
+		switch {
+		case ke.Root:
+			field, line = ke.Key, rootLine(root, ke.Key)
+		case ke.Key != "":
+			field, line = field+"."+ke.Key, pf.at.line(ke.Key)
+		}
+		msg = strings.TrimPrefix(ke.Error(), ke.Key+": ")
+	}
+	if path == "" {
+		return fmt.Errorf("%s: %s", field, msg)
+	}
+	return fmt.Errorf("%s:%d: %s: %s", path, line, field, msg)
+}
+
+// rootLine is the line of a top-level key, or the file's first when it has none.
+func rootLine(root *yaml.Node, key string) int {
+	if root == nil {
+		return 0
+	}
+	for i := 0; root.Kind == yaml.MappingNode && i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == key {
+			return root.Content[i+1].Line
 		}
 	}
+	return root.Line
 }
 
 func (p *fileParser) number(n *yaml.Node, field string) float64 {
@@ -445,7 +483,8 @@ func (p *fileParser) has(kvs []keyValue, key string) bool {
 // channel parses one channel block.
 func (p *fileParser) channel(name string, n *yaml.Node, providers map[string]*ProviderFile) ChannelFile {
 	field := "channels." + name
-	ch := ChannelFile{Name: name}
+	ch := ChannelFile{Name: name, Line: n.Line}
+	var unknown *yaml.Node
 	for _, kv := range p.mapping(n, field) {
 		f := field + "." + kv.key
 		switch kv.key {
@@ -468,8 +507,10 @@ func (p *fileParser) channel(name string, n *yaml.Node, providers map[string]*Pr
 				ch.Providers = append(ch.Providers, pname)
 			}
 		case "retry":
+			ch.RetryLine = kv.value.Line
 			ch.Retry = p.retry(kv.value, f)
 		case "unknown":
+			unknown = kv.value
 			if ch.Unknown = p.str(kv.value, f); ch.Unknown != UnknownHold && ch.Unknown != UnknownRetry {
 				p.fail(kv.value, f, "want hold (an unknown outcome waits for a receipt, a lookup or an operator) or retry (for receivers that deduplicate on the delivery id), got %q", ch.Unknown)
 			}
@@ -477,23 +518,42 @@ func (p *fileParser) channel(name string, n *yaml.Node, providers map[string]*Pr
 			p.unknown(kv.keyNode, f, "providers, retry, unknown")
 		}
 	}
-	kind, known := kindOf(name)
+	takes := typesOf(p.types, name)
 	switch {
-	case !known:
-		p.fail(n, field, "unknown channel %q (known: %s)", name, strings.Join(kindNames(), ", "))
+	case len(takes) == 0:
+		p.fail(n, field, "unknown channel %q (known: %s)", name, strings.Join(channelNames(p.types), ", "))
 	case !p.hasKey(n, "providers"):
 		p.fail(n, field+".providers", "required: the channel's providers, in failover order")
 	}
 	for i, pname := range ch.Providers {
-		if pf := providers[pname]; known && pf != nil && !slices.Contains(kind.providerTypes, pf.Type) {
+		if pf := providers[pname]; len(takes) > 0 && pf != nil && !slices.Contains(takes, pf.Type) {
 			p.fail(n, fmt.Sprintf("%s.providers[%d]", field, i), "provider %q is of type %s; the %s channel takes %s providers",
-				pname, pf.Type, name, strings.Join(kind.providerTypes, " or "))
+				pname, pf.Type, name, strings.Join(takes, " or "))
 		}
+	}
+	if ch.Unknown == UnknownRetry {
+		p.unknownRetry(unknown, field, ch, providers)
 	}
 	if ch.Unknown == "" {
 		ch.Unknown = UnknownHold
 	}
 	return ch
+}
+
+// unknownRetry refuses `unknown: retry` on a channel with a provider whose receivers do not
+// deduplicate on the delivery's id: after an unknown outcome the provider may have sent the
+// message, and a retry, perhaps through the next provider, would send it again.
+func (p *fileParser) unknownRetry(n *yaml.Node, field string, ch ChannelFile, providers map[string]*ProviderFile) {
+	for _, pname := range ch.Providers {
+		pf := providers[pname]
+		if pf == nil {
+			continue
+		}
+		if typ, ok := typeOf(p.types, pf.Type); ok && !typ.ReceiversDeduplicate {
+			p.fail(n, field+".unknown", "retry is only for channels whose receivers deduplicate on the delivery id (webhook-id, Message-ID); the receivers of provider %q (type %s) do not, so a retry after an unknown outcome could send the message twice: use hold", pname, pf.Type)
+			return
+		}
+	}
 }
 
 func (p *fileParser) hasKey(n *yaml.Node, key string) bool {

@@ -1,10 +1,14 @@
 package app
 
 import (
+	"errors"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -39,11 +43,12 @@ func TestParseFileTakesTheDocumentedShape(t *testing.T) {
 		t.Fatalf("file %+v", f)
 	}
 	smtp := f.Providers["smtp"]
-	if smtp.Type != TypeSMTP || smtp.Host != "127.0.0.1" || smtp.Port != 2525 || smtp.TLS != "starttls" || smtp.Username != "ledger" ||
-		smtp.Password != "pw" || smtp.From != "Ledger <noreply@example.com>" || smtp.Timeout != 30*time.Second {
+	if ss := smtp.Settings; smtp.Type != "smtp" || ss.String("host") != "127.0.0.1" || ss.Int("port") != 2525 || ss.String("tls") != "starttls" ||
+		ss.String("username") != "ledger" || ss.String("password_env") != "pw" || ss.String("from") != "Ledger <noreply@example.com>" ||
+		ss.Timeout != 30*time.Second {
 		t.Fatalf("smtp provider %+v", smtp)
 	}
-	if tg := f.Providers["telegram"]; tg.Token != "123:abc" || tg.BaseURL != "https://api.telegram.org" {
+	if tg := f.Providers["telegram"].Settings; tg.String("token_env") != "123:abc" || tg.String("base_url") != "https://api.telegram.org" {
 		t.Fatalf("telegram provider %+v", tg)
 	}
 	email := f.Channels[1].Retry
@@ -92,8 +97,9 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 			[]string{"providers.p.type: unknown type \"carrier-pigeon\""}},
 		{"twilio without its keys", "channels:\n  sms: {providers: [twilio]}\nproviders:\n  twilio: {type: twilio}\n",
 			[]string{"f.yaml:4: providers.twilio.account_sid: required", "providers.twilio.auth_token_env: required", "providers.twilio.from: required"}},
-		{"vonage without receipts", "channels:\n  sms: {providers: [vonage]}\nproviders:\n  vonage: {type: vonage, api_key: k, api_secret_env: S, from: x}\n",
-			[]string{"providers.vonage.callback_token_env: required", "public_url: required by provider vonage", "api_secret_env: the environment variable S is not set"}},
+		{"vonage receipts without public_url", "channels:\n  sms: {providers: [vonage]}\nproviders:\n  vonage: {type: vonage, api_key: k, api_secret_env: S, from: x, callback_token_env: C}\n",
+			[]string{"f.yaml:1: public_url: required by provider vonage", "f.yaml:4: providers.vonage.api_secret_env: the environment variable S is not set",
+				"providers.vonage.callback_token_env: the environment variable C is not set"}},
 		{"sms values", "channels:\n  sms: {providers: [t], unknown: maybe}\nproviders:\n  t:\n    type: twilio\n    account_sid: AC1\n    auth_token_env: T\n    from: '+15005550006'\n    delivered_on: sometimes\n    receipt_timeout: 1h\n    receipt_max_wait: 1m\n    lookup_rate: -1\n    breaker: {failures: 0, error_rate: 2, cooldown: soon, probes: 1, jitter: 1}\n",
 			[]string{"f.yaml:2: channels.sms.unknown: want hold", "f.yaml:9: providers.t.delivered_on: want receipt", "providers.t.receipt_max_wait: must be at least receipt_timeout",
 				"f.yaml:12: providers.t.lookup_rate: must be positive", "providers.t.breaker.failures: must be at least 1", "providers.t.breaker.error_rate: want a share",
@@ -147,16 +153,144 @@ providers:
 		t.Fatalf("channels %+v", f.Channels)
 	}
 	tw := f.Providers["twilio"]
-	if tw.AccountSID != "AC0123456789abcdef0123456789abcdef" || tw.AuthToken != "tok-12345678" || tw.From != "+15005550006" ||
-		tw.ReceiptTimeout != 5*time.Minute || tw.ReceiptMaxWait != 12*time.Hour || tw.LookupRate != 2.5 || tw.DeliveredOn != "" {
+	if ts := tw.Settings; ts.String("account_sid") != "AC0123456789abcdef0123456789abcdef" || ts.String("auth_token_env") != "tok-12345678" ||
+		ts.String("from") != "+15005550006" || ts.Duration("receipt_timeout") != 5*time.Minute || ts.Duration("receipt_max_wait") != 12*time.Hour ||
+		ts.Number("lookup_rate") != 2.5 || ts.String("delivered_on") != "" {
 		t.Fatalf("twilio provider %+v", tw)
 	}
 	if b := tw.Breaker; b.Failures != 3 || b.ErrorRate != 0.25 || b.MinRequests != 8 || b.Window != 30*time.Second ||
 		b.Cooldown != 10*time.Second || b.Probes != 2 {
 		t.Fatalf("twilio breaker %+v", b)
 	}
-	if v := f.Providers["vonage"]; v.APIKey != "devkey01" || v.APISecret != "vsecret" || v.CallbackToken != "callback-token-0123456789" ||
-		v.DeliveredOn != "accept" {
+	if v := f.Providers["vonage"].Settings; v.String("api_key") != "devkey01" || v.String("api_secret_env") != "vsecret" ||
+		v.String("callback_token_env") != "callback-token-0123456789" || v.String("delivered_on") != "accept" {
 		t.Fatalf("vonage provider %+v", v)
+	}
+}
+
+// issue14Env holds the secrets the example of issue 14 names, and docs/ledger.example.yaml's
+// (the values scripts/run.sh gives them).
+var issue14Env = env(map[string]string{"SMTP_PASSWORD": "pw", "TELEGRAM_BOT_TOKEN": "123456:dev-bot-token",
+	"TWILIO_AUTH_TOKEN": "dev-twilio-auth-token", "VONAGE_API_SECRET": "dev-vonage-secret",
+	"VONAGE_CALLBACK_TOKEN": "dev-vonage-callback-token-0001"})
+
+// TestConfigCheckTakesTheIssuesExampleAsWritten: `ledger config check` on the literal example of
+// issue 14 ("every key below must work as written") and on the committed sample passes, the
+// example's Vonage account (no callback_token_env, api_key abc) with a warning that says what
+// it means.
+func TestConfigCheckTakesTheIssuesExampleAsWritten(t *testing.T) {
+	t.Parallel()
+	lines, err := checkFile("testdata/issue14-example.yaml", DefaultConfig(), issue14Env)
+	if err != nil {
+		t.Fatalf("the issue's example is refused:\n%v", err)
+	}
+	text := strings.Join(lines, "\n")
+	for _, want := range []string{"channel webhook: providers [webhook]", "channel email: providers [smtp]",
+		"channel telegram: providers [telegram]", "channel sms: providers [twilio vonage]",
+		"warning: provider vonage: no callback_token_env, so no callback URL is sent",
+		"receipts posted for vonage are refused", "provider twilio: receipts at https://ledger.example.com/v1/receipts/twilio"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("config check says\n%s\nwhich does not say %q", text, want)
+		}
+	}
+	if strings.Contains(text, "receipts at https://ledger.example.com/v1/receipts/vonage") {
+		t.Errorf("config check promises receipts for a provider that asks for none:\n%s", text)
+	}
+	lines, err = checkFile("../../../docs/ledger.example.yaml", DefaultConfig(), issue14Env)
+	if err != nil {
+		t.Fatalf("docs/ledger.example.yaml is refused:\n%v", err)
+	}
+	if text := strings.Join(lines, "\n"); strings.Contains(text, "warning") ||
+		!strings.Contains(text, "provider vonage: receipts at http://127.0.0.1:8080/v1/receipts/vonage") {
+		t.Errorf("docs/ledger.example.yaml: config check says\n%s", text)
+	}
+}
+
+// TestVonageWithoutCallbackTokenSendsNoCallbackAndRefusesReceipts: the documented behaviour of a
+// Vonage account without callback_token_env: no callback URL goes with its messages, and a
+// receipt posted for it is refused, since nothing could authenticate it.
+func TestVonageWithoutCallbackTokenSendsNoCallbackAndRefusesReceipts(t *testing.T) {
+	t.Parallel()
+	file, err := LoadFile("testdata/issue14-example.yaml", issue14Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &App{cfg: DefaultConfig()}
+	if _, _, err := a.registry(file); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(a.providers, func(p provider) bool { return p.name == "vonage" })
+	if i < 0 || a.providers[i].receipts == nil {
+		t.Fatalf("providers %+v: no vonage with a receipt parser", a.providers)
+	}
+	body := []byte("msisdn=447700900000&to=Ledger&messageId=0A0000000123ABCD1&status=delivered&err-code=0&client-ref=d1")
+	header := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+	for _, url := range []string{"https://ledger.example.com/v1/receipts/vonage", "https://ledger.example.com/v1/receipts/vonage?token="} {
+		if _, err := a.providers[i].receipts.ParseReceipt(url, header, body); !errors.Is(err, commands.ErrReceiptUnauthenticated) {
+			t.Errorf("receipt at %s: %v, want it refused as unauthenticated", url, err)
+		}
+	}
+}
+
+// TestParseFileChecksEveryProviderDeclared: a provider no channel uses is checked like one that
+// is used, each problem at its line and under the key the file writes.
+func TestParseFileChecksEveryProviderDeclared(t *testing.T) {
+	t.Parallel()
+	const file = "channels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n" +
+		"  smtp: {type: smtp, host: \"a b\", port: 25, from: nope}\n" +
+		"  tg:\n    type: telegram\n    token_env: TG_TOKEN\n"
+	_, err := ParseFile("f.yaml", []byte(file), env(map[string]string{"TG_TOKEN": "abc"}))
+	if err == nil {
+		t.Fatal("bad values in unused providers accepted")
+	}
+	for _, want := range []string{`f.yaml:5: providers.smtp.host: "a b" is not a host name`, `f.yaml:5: providers.smtp.from: "nope" is not one address`,
+		"f.yaml:8: providers.tg.token_env: token is not of the form <bot id>:<secret>"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestSecondPassRefusalsNameLineAndKey: what only a provider's own checks find (a Telegram token
+// of the wrong form, a Twilio sender, a Vonage key with a space) is refused at its line, under
+// the key as the file writes it (token_env, not token).
+func TestSecondPassRefusalsNameLineAndKey(t *testing.T) {
+	t.Parallel()
+	const file = "channels:\n  telegram: {providers: [tg]}\n  sms: {providers: [tw, vo]}\nproviders:\n" +
+		"  tg: {type: telegram, token_env: TG_TOKEN}\n" +
+		"  tw:\n    type: twilio\n    account_sid: AC1\n    auth_token_env: TW_TOKEN\n    from: 'not a sender!'\n" +
+		"  vo:\n    type: vonage\n    api_key: 'ab cd'\n    api_secret_env: VO_SECRET\n    from: Ledger\n"
+	_, err := ParseFile("f.yaml", []byte(file), env(map[string]string{"TG_TOKEN": "abc", "TW_TOKEN": "tok-12345678", "VO_SECRET": "s"}))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"f.yaml:5: providers.tg.token_env: token is not of the form", "f.yaml:10: providers.tw.from: want a number",
+		"f.yaml:13: providers.vo.api_key: want the API key as the dashboard shows it"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestUnknownRetryOnlyWhereReceiversDeduplicate: `unknown: retry` is taken by channels whose
+// receivers drop a repeat of our id (webhook-id, Message-ID) and refused, at its line, on a
+// channel with a provider whose receivers do not: a retry after an unknown SMS could go out
+// through the next provider and send it twice.
+func TestUnknownRetryOnlyWhereReceiversDeduplicate(t *testing.T) {
+	t.Parallel()
+	const providers = "providers:\n  webhook: {type: webhook}\n  smtp: {type: smtp, host: h, port: 25, from: a@b.c}\n" +
+		"  tw: {type: twilio, account_sid: AC1, auth_token_env: T, from: '+15005550006'}\n  tg: {type: telegram, token_env: G}\n"
+	vars := env(map[string]string{"T": "tok-12345678", "G": "1:abc"})
+	if _, err := ParseFile("f.yaml", []byte("channels:\n  webhook: {providers: [webhook], unknown: retry}\n  email: {providers: [smtp], unknown: retry}\n"+providers), vars); err != nil {
+		t.Fatalf("unknown: retry refused where receivers deduplicate: %v", err)
+	}
+	for channel, want := range map[string]string{
+		"sms:\n    providers: [tw]\n    unknown: retry\n":      `f.yaml:4: channels.sms.unknown: retry is only for channels whose receivers deduplicate on the delivery id (webhook-id, Message-ID); the receivers of provider "tw" (type twilio) do not`,
+		"telegram:\n    providers: [tg]\n    unknown: retry\n": `f.yaml:4: channels.telegram.unknown: retry is only for channels whose receivers deduplicate`,
+	} {
+		_, err := ParseFile("f.yaml", []byte("channels:\n  "+channel+providers), vars)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("channel %q: error %v, want %q", channel, err, want)
+		}
 	}
 }
