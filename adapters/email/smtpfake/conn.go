@@ -48,6 +48,7 @@ func (s *Server) track(c *fakeConn) bool {
 	}
 	s.conns[c] = struct{}{}
 	s.handlers.Add(1)
+	s.counts.Sessions++
 	return true
 }
 

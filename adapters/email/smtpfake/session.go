@@ -79,6 +79,7 @@ func (s *session) Auth(mech string) (sasl.Server, error) {
 
 // Mail starts a transaction and draws its fate.
 func (s *session) Mail(from string, _ *smtp.MailOptions) error {
+	s.srv.count(&s.srv.counts.Mail)
 	if s.srv.cfg.RequireAuth && s.user == "" {
 		s.srv.say("answered MAIL FROM:<%s> with 530 5.7.0 (authentication required)", from)
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Authentication required"}
@@ -93,6 +94,7 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 
 // Rcpt adds a recipient, unless the fate says to fail here.
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.srv.count(&s.srv.counts.Rcpt)
 	if s.fate.FailAt == StageRcpt {
 		return s.fail("RCPT TO:<" + to + ">")
 	}
@@ -104,8 +106,9 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 // instead of letting go-smtp answer 354, if the fate says to fail here.
 func (s *session) answerData() (string, bool) {
 	if s.fate.FailAt != StageData {
-		return "", false
+		return "", false // go-smtp answers it, and Data counts it
 	}
+	s.srv.count(&s.srv.counts.Data)
 	_ = s.fail("DATA")
 	e := s.fate.enhanced()
 	return fmt.Sprintf("%d %d.%d.%d %s\r\n", s.fate.Code, e[0], e[1], e[2], s.fate.text()), true
@@ -113,6 +116,7 @@ func (s *session) answerData() (string, bool) {
 
 // Data reads the message and answers its end as the fate says.
 func (s *session) Data(r io.Reader) error {
+	s.srv.count(&s.srv.counts.Data)
 	b := s.fate
 	if b.DropDuringData {
 		n, _ := io.CopyN(io.Discard, r, dropDuringDataBytes)

@@ -122,6 +122,23 @@ type Server struct {
 	affected  int // messages the behaviour applied to since it was set
 	messages  []Message
 	queued    int // the last queue id given
+	counts    Counts
+}
+
+// Counts are what the fake was asked, command by command, since it started. A client's
+// retries show in them where Messages cannot: a transaction refused before its message
+// leaves no Message, and a client that resends after a lost reply (RFC 5321 section 4.1.1.4
+// leaves it unable to know whether the message was queued) sends a second DATA.
+type Counts struct {
+	// Sessions are the connections accepted.
+	Sessions int
+	// Mail are the MAIL FROM commands: the transactions started, refused ones included.
+	Mail int
+	// Rcpt are the RCPT TO commands, refused ones included.
+	Rcpt int
+	// Data are the DATA commands of transactions with a recipient: those answered 354 and
+	// those the Behaviour refused (go-smtp refuses a DATA without recipients itself, unseen).
+	Data int
 }
 
 // Start listens on cfg.Addr and serves until Close.
@@ -210,6 +227,20 @@ func (s *Server) Messages() []Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Message(nil), s.messages...)
+}
+
+// Counts returns what the fake was asked so far (see Counts).
+func (s *Server) Counts() Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts
+}
+
+// count adds one to n, one of s.counts' fields.
+func (s *Server) count(n *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*n++
 }
 
 // Close stops listening, closes every connection (a delayed reply is abandoned) and waits for

@@ -346,3 +346,44 @@ func TestFailsPipelinedDATA(t *testing.T) {
 		t.Errorf("QUIT: %v", err)
 	}
 }
+
+// TestCounts: every command is counted, refused ones included: a message refused at RCPT
+// counts its MAIL and RCPT and no DATA, one refused at DATA counts its DATA, one dropped after
+// its end counts its DATA once; a session that sends no transaction counts as a session only.
+func TestCounts(t *testing.T) {
+	t.Parallel()
+	s := start(t, Config{Behaviour: Behaviour{FailAt: StageRcpt, Code: 550, EnhancedCode: "5.1.1", Times: 1}})
+	send := func() error {
+		return smtp.SendMail(s.Addr(), nil, "a@example.com", []string{"b@example.org"}, []byte(message))
+	}
+	if err := send(); err == nil {
+		t.Fatal("send refused at RCPT succeeded")
+	}
+	if got, want := s.Counts(), (Counts{Sessions: 1, Mail: 1, Rcpt: 1}); got != want {
+		t.Errorf("after a refusal at RCPT: %+v, want %+v", got, want)
+	}
+	s.SetBehaviour(Behaviour{FailAt: StageData, Code: 451, Times: 1})
+	if err := send(); err == nil {
+		t.Fatal("send refused at DATA succeeded")
+	}
+	s.SetBehaviour(Behaviour{DropAfterData: true, Times: 1})
+	if err := send(); err == nil {
+		t.Fatal("send dropped after data succeeded")
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := smtp.Dial(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Quit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Counts(), (Counts{Sessions: 5, Mail: 4, Rcpt: 4, Data: 3}); got != want {
+		t.Errorf("counts %+v, want %+v", got, want)
+	}
+	if n := len(s.Messages()); n != 2 {
+		t.Errorf("%d messages, want the dropped one and the queued one", n)
+	}
+}
