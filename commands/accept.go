@@ -161,7 +161,9 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		if err != nil {
 			return AcceptResult{}, err
 		}
-		msg, err := workMessageFor(ctx, d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
+		// The accept's span is the root of the delivery's trace: its messages name it, and
+		// every later hop starts under it (tracing.Continue).
+		msg, err := workMessageFor(tracing.Root(ctx), d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
 			domain.KeyAccepted(d.ID()), true)
 		if err != nil {
 			return AcceptResult{}, err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // DeferAttempt holds a queued attempt back (a rate limit or a concurrency cap said no): it
@@ -55,7 +56,8 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 		if err != nil {
 			return decision{}, err
 		}
-		msg, err := workMessageFor(ctx, d, topic, attempt, until, held[0].Key, false)
+		// The held attempt comes back later: a later hop of the delivery's trace.
+		msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, topic, attempt, until, held[0].Key, false)
 		if err != nil {
 			return decision{}, err
 		}
@@ -104,6 +106,8 @@ func (h *RerouteHandler) Handle(ctx context.Context, cmd Reroute) error {
 		Payload:      body,
 		Metadata:     map[string]string{MetaPriority: string(m.Priority)},
 	}
+	// The hop comes back later: under the root of the delivery's trace that ctx's message named.
+	tracing.Inject(tracing.Continue(ctx, ""), msg.Metadata)
 	if err := h.store.Append(ctx, nil, []OutboxMessage{msg}); err != nil {
 		return fmt.Errorf("reroute %s attempt %d: %w", m.DeliveryID, m.Attempt, err)
 	}

@@ -159,11 +159,11 @@ func (r *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 			continue
 		}
 		res.Looked++
-		outcome, err := r.look(ctx, c)
+		lctx, outcome, err := r.look(ctx, c)
 		if err != nil {
 			res.Failed++
 			wait := r.failed(c.DeliveryID, now)
-			r.cfg.Logger.Warn("reconciler cannot look at delivery", "delivery_id", c.DeliveryID, "provider", c.Provider,
+			r.cfg.Logger.WarnContext(lctx, "reconciler cannot look at delivery", "delivery_id", c.DeliveryID, "provider", c.Provider,
 				"err", err, "next_try_in", wait)
 			continue
 		}
@@ -215,25 +215,31 @@ func (r *Reconciler) succeeded(id string) {
 	r.mu.Unlock()
 }
 
-// look decides about one delivery: give up waiting, ask its provider, or leave it.
-func (r *Reconciler) look(ctx context.Context, c DueCheck) (string, error) {
+// look decides about one delivery: give up waiting, ask its provider, or leave it. It returns
+// the context of the span of what it did (ctx when there is none), for the log.
+func (r *Reconciler) look(ctx context.Context, c DueCheck) (context.Context, string, error) {
 	events, err := r.cfg.Store.Load(ctx, c.DeliveryID)
 	if err != nil {
-		return "", err
+		return ctx, "", err
 	}
 	d, err := domain.Rehydrate(events)
 	if err != nil {
-		return "", err
+		return ctx, "", err
 	}
 	now := r.cfg.Clock.Now()
 	acc := d.Awaiting()
 	switch {
 	case d.State() == domain.StateProcessing && acc != nil && !now.Before(acc.GiveUpAt):
-		return r.giveUp(ctx, d, acc)
+		// A later hop of the delivery's trace, as a lookup is.
+		ctx, span := r.span(ctx, d, "give up waiting", acc.Provider)
+		defer span.End()
+		outcome, err := r.giveUp(ctx, d, acc)
+		tracing.Fail(span, err)
+		return ctx, outcome, err
 	case d.State() == domain.StateProcessing && acc != nil:
 	case d.State() == domain.StateUnknown && d.LastResult() != nil:
 	default:
-		return "skipped", nil // the view was behind: the delivery moved on
+		return ctx, "skipped", nil // the view was behind: the delivery moved on
 	}
 	provider := c.Provider
 	if acc != nil {
@@ -243,12 +249,12 @@ func (r *Reconciler) look(ctx context.Context, c DueCheck) (string, error) {
 	}
 	lp, ok := r.cfg.Lookups[provider]
 	if !ok {
-		return "skipped", nil
+		return ctx, "skipped", nil
 	}
 	if r.cfg.Limiter != nil {
 		release, ok, _, _ := r.cfg.Limiter.Acquire(provider, "")
 		if !ok {
-			return "skipped", nil // the provider's lookup budget is spent; next pass
+			return ctx, "skipped", nil // the provider's lookup budget is spent; next pass
 		}
 		defer release()
 	}
@@ -258,17 +264,15 @@ func (r *Reconciler) look(ctx context.Context, c DueCheck) (string, error) {
 	} else {
 		q.OperationID = d.LastResult().ProviderOperationID
 	}
-	// The lookup is a span of the delivery's trace, and so is what it records.
-	span := tracing.NoSpan
-	if tracing.Enabled() {
-		ctx, span = tracing.Start(tracing.WithParent(ctx, d.Trace()), "lookup "+provider, trace.WithAttributes(
-			tracing.DeliveryID.String(d.ID()), tracing.Provider.String(provider)))
-	}
+	// The lookup is a later hop of the delivery's trace (a span under its root), and so is
+	// what it records.
+	ctx, span := r.span(ctx, d, "lookup "+provider, provider)
 	defer span.End()
 	receipt, err := lp.Lookup.Lookup(ctx, q)
 	if err != nil {
+		err = fmt.Errorf("lookup at %s: %w", provider, err)
 		tracing.Fail(span, err)
-		return "", fmt.Errorf("lookup at %s: %w", provider, err)
+		return ctx, "", err
 	}
 	receipt.Provider, receipt.DeliveryID = provider, d.ID()
 	recheck := lp.Recheck
@@ -277,18 +281,28 @@ func (r *Reconciler) look(ctx context.Context, c DueCheck) (string, error) {
 	}
 	got, err := r.cfg.Receipts.Handle(ctx, RecordReceipt{Receipt: receipt, Source: "lookup", NextCheck: now.Add(recheck), AtVersion: d.Version()})
 	if err != nil {
-		return "", err
+		return ctx, "", err
 	}
 	switch {
 	case got.Changed:
 		if r.cfg.OnDecided != nil {
 			r.cfg.OnDecided(d.Channel(), string(got.State))
 		}
-		return "resolved", nil
+		return ctx, "resolved", nil
 	case got.Recorded:
-		return "pending", nil
+		return ctx, "pending", nil
 	}
-	return "skipped", nil
+	return ctx, "skipped", nil
+}
+
+// span starts the span of a look at d (a lookup, giving up waiting) under the root of d's
+// trace: a later hop, which no span of the trace waits for.
+func (r *Reconciler) span(ctx context.Context, d *domain.Delivery, name, provider string) (context.Context, trace.Span) {
+	if !tracing.Enabled() {
+		return ctx, tracing.NoSpan
+	}
+	return tracing.StartHop(ctx, d.Trace(), name, trace.WithAttributes(tracing.DeliveryID.String(d.ID()),
+		tracing.Channel.String(d.Channel()), tracing.Provider.String(provider)))
 }
 
 // giveUp records that an accepted attempt's receipt is overdue: its outcome is unknown.

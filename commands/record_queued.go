@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // awaitsQueue reports whether the attempt's message is the next one the delivery waits for.
@@ -35,6 +36,9 @@ type QueuedMark struct {
 	// loading the stream (domain.FirstQueued).
 	Tenant  string
 	Attempt int
+	// Trace is the message's traceparent ("" untraced), so that what is logged about the mark
+	// meets the delivery's trace.
+	Trace string
 }
 
 // QueuedRecorder records the queued transitions the relay reports, many per transaction. The
@@ -75,10 +79,11 @@ func (r *QueuedRecorder) Confirmed(ctx context.Context, body []byte, metadata ma
 	}
 	work, err := DecodeWorkMessage(body)
 	if err != nil {
-		r.logger.Error("relay: undecodable work message, not recording queued", "err", err)
+		r.logger.ErrorContext(tracing.Extract(ctx, metadata), "relay: undecodable work message, not recording queued", "err", err)
 		return nil
 	}
-	return r.Mark(ctx, QueuedMark{DeliveryID: work.DeliveryID, Tenant: work.Tenant, Attempt: work.Attempt})
+	return r.Mark(ctx, QueuedMark{DeliveryID: work.DeliveryID, Tenant: work.Tenant, Attempt: work.Attempt,
+		Trace: metadata[tracing.MetaTraceparent]})
 }
 
 // Run records marks until ctx ends, then records what is left.
@@ -173,7 +178,7 @@ func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
 			}
 			d, err := domain.Rehydrate(stream)
 			if err != nil {
-				r.logger.Error("cannot fold delivery", "delivery_id", m.DeliveryID, "err", err)
+				r.logger.ErrorContext(tracing.WithParent(ctx, m.Trace), "cannot fold delivery", "delivery_id", m.DeliveryID, "err", err)
 				continue
 			}
 			if !awaitsQueue(d, m.Attempt) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/tracing"
@@ -34,16 +35,23 @@ func NewRedriveHandler(store EventStore, topics Topics, clock Clock) *RedriveHan
 // olderThan. It reports whether it did. Nothing is appended to the history: the ledger's state
 // was true all along, only the broker's copy of the work is renewed.
 func (h *RedriveHandler) Handle(ctx context.Context, deliveryID string, olderThan time.Time) (bool, error) {
+	_, ok, err := h.handle(ctx, deliveryID, olderThan)
+	return ok, err
+}
+
+// handle is Handle, and returns the context of the redrive's span (ctx itself when there is
+// none) for what is logged about it.
+func (h *RedriveHandler) handle(ctx context.Context, deliveryID string, olderThan time.Time) (context.Context, bool, error) {
 	events, err := h.store.Load(ctx, deliveryID)
 	if errors.Is(err, ErrNotFound) {
-		return false, nil
+		return ctx, false, nil
 	}
 	if err != nil {
-		return false, err
+		return ctx, false, err
 	}
 	d, err := domain.Rehydrate(events)
 	if err != nil {
-		return false, err
+		return ctx, false, err
 	}
 	now := h.clock.Now()
 	var attempt int
@@ -56,26 +64,41 @@ func (h *RedriveHandler) Handle(ctx context.Context, deliveryID string, olderTha
 	case domain.StateRetrying:
 		attempt = d.Attempt() + 1
 	default:
-		return false, nil
+		return ctx, false, nil
 	}
 	waitingSince := d.UpdatedAt()
 	if due := d.NextAttemptAt(); due != nil && due.After(waitingSince) {
 		waitingSince = *due
 	}
 	if !waitingSince.Before(olderThan) {
-		return false, nil
+		return ctx, false, nil
 	}
 	key := fmt.Sprintf("%s/redrive/%d/%s", deliveryID, attempt, strconv.FormatInt(now.UnixNano(), 36))
-	// The redriven message continues the delivery's trace.
+	// The redrive is a later hop of the delivery's trace: a span under its root, which the
+	// redriven message's consume links to.
+	ctx, span := h.span(ctx, d, attempt)
+	defer span.End()
 	msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, h.topics.Work(d.Channel(), d.Priority()), attempt, now, key, markQueued)
 	if err != nil {
-		return false, err
+		tracing.Fail(span, err)
+		return ctx, false, err
 	}
 	msg.ID = uuid.NewSHA1(messageNamespace, []byte(key)).String()
 	if err := h.store.Append(ctx, nil, []OutboxMessage{msg}); err != nil {
-		return false, fmt.Errorf("redrive %s: %w", deliveryID, err)
+		err = fmt.Errorf("redrive %s: %w", deliveryID, err)
+		tracing.Fail(span, err)
+		return ctx, false, err
 	}
-	return true, nil
+	return ctx, true, nil
+}
+
+// span starts the redrive's span ("redrive <channel>") under the root of d's trace.
+func (h *RedriveHandler) span(ctx context.Context, d *domain.Delivery, attempt int) (context.Context, trace.Span) {
+	if !tracing.Enabled() {
+		return ctx, tracing.NoSpan
+	}
+	return tracing.StartHop(ctx, d.Trace(), "redrive "+d.Channel(), trace.WithAttributes(tracing.DeliveryID.String(d.ID()),
+		tracing.Channel.String(d.Channel()), tracing.Attempt.Int(attempt)))
 }
 
 // StaleLister lists the deliveries a view says have waited for a worker since before olderThan,
@@ -143,10 +166,13 @@ func (r *Redriver) Round(ctx context.Context, now time.Time) int {
 		if _, recent := r.last[id]; recent {
 			continue
 		}
-		ok, err := r.handler.Handle(ctx, id, olderThan)
+		hctx, ok, err := r.handler.handle(ctx, id, olderThan)
 		if err != nil {
-			r.logger.Warn("redrive failed", "delivery_id", id, "err", err)
+			r.logger.WarnContext(hctx, "redrive failed", "delivery_id", id, "err", err)
 			continue
+		}
+		if ok {
+			r.logger.DebugContext(hctx, "redrove delivery", "delivery_id", id)
 		}
 		if ok {
 			r.last[id] = now

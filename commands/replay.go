@@ -76,13 +76,10 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 		}
 		// The replayed event is the queued transition of the new cycle's first attempt: the
 		// relay must not record another one for it.
-		// Its message continues the delivery's trace, and links to the operator's request.
+		// Its message is a later hop of the delivery's trace, linked to the operator's request.
 		msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, h.topics.Work(d.Channel(), d.Priority()), d.Attempt(), now, replayed[0].Key, false)
 		if err != nil {
 			return decision{}, err
-		}
-		if link := tracing.Traceparent(ctx); link != "" && d.Trace() != "" {
-			msg.Metadata[tracing.MetaLink] = link
 		}
 		dec := decision{events: replayed, outbox: []OutboxMessage{msg}}
 		if cmd.RequestKey != "" {

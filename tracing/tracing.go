@@ -2,7 +2,9 @@
 // accept request's span is the root of every delivery it creates, its trace context is stored
 // with the accepted event and travels in the outbox message's metadata and the AMQP headers, and
 // every later hop (relay publish, worker consume, attempt, provider call, outcome append)
-// continues the same trace.
+// continues the same trace. Work that follows at once is a child of what it follows; work that
+// happens later (a retry after its delay, a deferral, a replay, a redrive, a lookup) starts under
+// the delivery's root, linked to what scheduled it (Continue, Receive, StartHop).
 //
 // Tracing is configured by the standard OpenTelemetry variables and is off unless an OTLP
 // endpoint is set (Setup). Off, nothing here costs more than a check of Enabled: no spans, no
@@ -57,7 +59,8 @@ func Enabled() bool { return enabled.Load() }
 // Tracer is the ledger's tracer (a no-op one while tracing is off).
 func Tracer() trace.Tracer { return otel.Tracer(ScopeName) }
 
-// Settings are what Setup found in the environment, for `ledger config check` and the logs.
+// Settings are what Setup found in the environment: whether tracing is on, and where spans go,
+// for the "tracing on" line `ledger serve` logs (cmd/internal/app).
 type Settings struct {
 	On       bool
 	Endpoint string
@@ -146,25 +149,76 @@ func Setup(ctx context.Context, extra ...attribute.KeyValue) (Settings, func(con
 const (
 	MetaTraceparent = "traceparent"
 	MetaTracestate  = "tracestate"
-	// MetaLink carries the traceparent of a span the message's consumer links to without being
-	// its child: the operator's replay request, whose message continues the delivery's trace.
+	// MetaRoot carries the traceparent of the delivery's root span (its accept's server span),
+	// under which the spans of a later hop start (see Continue).
+	MetaRoot = "ledger_trace_root"
+	// MetaLink carries the traceparent of the span that scheduled a later hop (the outcome that
+	// scheduled a retry, the operator's replay request, a redrive, a receipt): the hop's consumer
+	// links to it rather than being its child. Its presence marks the message as a later hop.
 	MetaLink = "ledger_trace_link"
 )
 
-// Inject writes ctx's trace context into meta, when tracing is on and ctx holds a span.
+// hop is what a context knows of the delivery its messages are about: the delivery's root span
+// and, for a later hop (see Continue), the span that caused it.
+type hop struct{ root, cause trace.SpanContext }
+
+type hopKey struct{}
+
+func hopOf(ctx context.Context) hop {
+	h, _ := ctx.Value(hopKey{}).(hop)
+	return h
+}
+
+// Inject writes ctx's trace context into meta, when tracing is on and ctx holds a span: its
+// traceparent and, when ctx knows them, the delivery's root (MetaRoot) and the cause of a later
+// hop (MetaLink).
 func Inject(ctx context.Context, meta map[string]string) {
 	if !Enabled() {
 		return
 	}
 	propagator.Inject(ctx, propagation.MapCarrier(meta))
+	h := hopOf(ctx)
+	if h.root.IsValid() {
+		meta[MetaRoot] = format(h.root)
+	}
+	if h.cause.IsValid() {
+		meta[MetaLink] = format(h.cause)
+	}
 }
 
-// Extract returns ctx with the remote span context meta carries as its parent, if any.
+// Extract returns ctx with the remote span context meta carries as its parent, if any, and
+// the delivery's root it names (for the later hops ctx's work schedules; see Continue).
 func Extract(ctx context.Context, meta map[string]string) context.Context {
 	if !Enabled() || meta[MetaTraceparent] == "" {
 		return ctx
 	}
-	return propagator.Extract(ctx, propagation.MapCarrier(meta))
+	ctx = propagator.Extract(ctx, propagation.MapCarrier(meta))
+	if root := SpanContextOf(meta[MetaRoot]); root.IsValid() {
+		ctx = context.WithValue(ctx, hopKey{}, hop{root: root})
+	}
+	return ctx
+}
+
+// Receive is the parent and the links of the span that consumes a message (the worker's
+// process span). A message of the delivery's first hop (MetaLink absent) is consumed in a child
+// of its publish. A later hop's message (a retry that waited in a delay tier, a replay, a
+// redrive, a deferral) is consumed in a child of the delivery's root, linked to its publish and
+// to the span that scheduled it: a child of a publish that ended half an hour or days earlier
+// would draw a misleading duration. Off, or for an untraced message, it returns ctx.
+func Receive(ctx context.Context, meta map[string]string) (context.Context, []trace.Link) {
+	if !Enabled() || meta[MetaTraceparent] == "" {
+		return ctx, nil
+	}
+	ctx = Extract(ctx, meta)
+	cause, root := SpanContextOf(meta[MetaLink]), SpanContextOf(meta[MetaRoot])
+	if !cause.IsValid() || !root.IsValid() {
+		return ctx, nil
+	}
+	links := []trace.Link{{SpanContext: trace.SpanContextFromContext(ctx)}}
+	if !cause.Equal(links[0].SpanContext) {
+		links = append(links, trace.Link{SpanContext: cause})
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, root), links
 }
 
 // Traceparent is the W3C traceparent of ctx's span, or "" when tracing is off or there is none.
@@ -176,6 +230,11 @@ func Traceparent(ctx context.Context) string {
 	if !sc.IsValid() {
 		return ""
 	}
+	return format(sc)
+}
+
+// format renders a valid span context as a W3C traceparent.
+func format(sc trace.SpanContext) string {
 	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 }
 
@@ -244,26 +303,57 @@ func StartLinked(name string, links []trace.Link, opts ...trace.SpanStartOption)
 	return Tracer().Start(context.Background(), name, append(opts, trace.WithLinks(links...), trace.WithNewRoot())...)
 }
 
-// Continue returns the context a delivery's next message is written with: ctx itself when its
-// span is already in the delivery's trace (an attempt, a retry), otherwise the delivery's trace
-// (traceparent, from its accepted event), with ctx's span linked to it. So an operator's replay,
-// a provider's receipt or a redrive, each in a trace of its own, hands the delivery's next
-// attempt back to the delivery's trace, and either trace leads to the other.
+// Root returns ctx marked as the root of the deliveries it accepts: the messages written with
+// it name ctx's span as their delivery's root (MetaRoot), under which later hops start.
+func Root(ctx context.Context) context.Context {
+	if !Enabled() {
+		return ctx
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return context.WithValue(ctx, hopKey{}, hop{root: sc})
+	}
+	return ctx
+}
+
+// Continue returns the context a later hop's message is written with: one whose span is the
+// delivery's root (traceparent, from its accepted event; or the root ctx knows from the message
+// being worked on, when traceparent is ""), with ctx's span as the hop's cause (MetaLink). So a
+// retry, a deferral, a replay, a redrive or a receipt's decision is a hop in the delivery's
+// trace under its root, linked to what scheduled it, and never a child of a span that ended
+// half an hour or days before. When ctx's span is in another trace (an operator's replay
+// request, a provider's receipt) that span also links to the delivery's root, so either trace
+// leads to the other. Off, or for a delivery with no trace, it returns ctx.
 func Continue(ctx context.Context, traceparent string) context.Context {
 	if !Enabled() {
 		return ctx
 	}
-	sc := SpanContextOf(traceparent)
-	if !sc.IsValid() {
+	root := SpanContextOf(traceparent)
+	if !root.IsValid() {
+		root = hopOf(ctx).root
+	}
+	if !root.IsValid() {
 		return ctx
 	}
-	if cur := trace.SpanContextFromContext(ctx); cur.IsValid() {
-		if cur.TraceID() == sc.TraceID() {
-			return ctx
-		}
-		trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: sc})
+	cause := trace.SpanContextFromContext(ctx)
+	if cause.IsValid() && cause.TraceID() != root.TraceID() {
+		trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: root})
 	}
-	return trace.ContextWithRemoteSpanContext(ctx, sc)
+	return context.WithValue(trace.ContextWithRemoteSpanContext(ctx, root), hopKey{}, hop{root: root, cause: cause})
+}
+
+// StartHop starts a span of the delivery whose root traceparent names, as a child of that
+// root: a later hop's own work (a redrive, a lookup), which no span of the delivery's trace
+// waits for. Off, or for a delivery with no trace, it starts none.
+func StartHop(ctx context.Context, traceparent, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !Enabled() {
+		return ctx, NoSpan
+	}
+	root := SpanContextOf(traceparent)
+	if !root.IsValid() {
+		return ctx, NoSpan
+	}
+	ctx = context.WithValue(trace.ContextWithRemoteSpanContext(ctx, root), hopKey{}, hop{root: root})
+	return Tracer().Start(ctx, name, opts...)
 }
 
 // Install makes tp the tracer provider and turns tracing on, as Setup does from the

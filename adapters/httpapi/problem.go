@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -121,12 +122,32 @@ func problemFor(err error) problem {
 	return p
 }
 
+// deliveryAttr is the delivery_id of a request to a delivery's routes (/v1/deliveries/{id}/…),
+// for its log lines: every line about a delivery names it (none for other routes).
+func deliveryAttr(r *http.Request) []any {
+	if !strings.HasPrefix(routePath(r.Pattern), "/v1/deliveries/{id}") {
+		return nil
+	}
+	if id := r.PathValue("id"); id != "" {
+		return []any{"delivery_id", id}
+	}
+	return nil
+}
+
+// routePath is a route pattern's path ("/v1/deliveries/{id}" of "GET /v1/deliveries/{id}").
+func routePath(pattern string) string {
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		return path
+	}
+	return pattern
+}
+
 // writeProblem answers with the problem for err, plus the headers its status calls for.
 func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
 	if p.Status >= http.StatusInternalServerError && p.Status != http.StatusServiceUnavailable {
-		s.logger.ErrorContext(r.Context(), "http request failed",
-			"method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
+		s.logger.ErrorContext(r.Context(), "http request failed", append(deliveryAttr(r),
+			"method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)...)
 	}
 	switch p.Status {
 	case http.StatusUnauthorized:

@@ -138,8 +138,8 @@ func traceEnv(schema *pgtest.Schema, prefix, receiver, service string) []string 
 // wait for the group commit and its statements, the relay's publish, RabbitMQ, the worker's
 // consume, the attempt, the provider call and its HTTP client span (whose traceparent the
 // receiver gets), and the outcome's append. A retry continues the same trace, a replay days
-// later too (linked to the operator's request), and the worker's log lines about the delivery
-// carry its delivery_id, trace_id and span_id.
+// later too (linked to the operator's request), each consumed under the accept's span as a
+// later hop; and the log lines about a delivery carry its delivery_id, trace_id and span_id.
 func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	receiver := otlptest.Start(t)
@@ -302,9 +302,32 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	})
 	retried := filterTrace(spans, retryTrace)
 	attempts := byName(retried, "attempt webhook")
+	if attempts[0].Attributes["ledger.attempt"] == "2" {
+		attempts[0], attempts[1] = attempts[1], attempts[0]
+	}
 	if attempts[0].Attributes["ledger.outcome"] != "transient" || attempts[0].Attributes["ledger.state"] != "retrying" ||
 		attempts[1].Attributes["ledger.attempt"] != "2" || attempts[1].Attributes["ledger.outcome"] != "delivered" {
 		t.Errorf("the retried delivery's attempts:\n%s", otlptest.Render(retried))
+	}
+	// The second attempt is a later hop: consumed under the delivery's root (the accept's span),
+	// not under the first attempt's spans, which ended before the retry's delay; it links to
+	// the outcome that scheduled it.
+	retriedIDs := map[string]otlptest.Span{}
+	for _, s := range retried {
+		retriedIDs[s.SpanID] = s
+	}
+	retryRoot := byName(retried, "POST /v1/deliveries")
+	secondProcess, ok := retriedIDs[attempts[1].ParentID]
+	var firstOutcome otlptest.Span
+	for _, s := range byName(retried, "record outcome") {
+		if s.ParentID == attempts[0].SpanID {
+			firstOutcome = s
+		}
+	}
+	if len(retryRoot) != 1 || !ok || !strings.HasPrefix(secondProcess.Name, "process ") || secondProcess.ParentID != retryRoot[0].SpanID ||
+		!hasSpanLink(secondProcess, firstOutcome.SpanID) {
+		t.Errorf("the retry's consume is not a child of the accept's span linked to the first outcome %q:\n%s",
+			firstOutcome.SpanID, otlptest.Render(retried))
 	}
 
 	// A replay, days later in the operator's own trace, hands the delivery back to its trace.
@@ -326,8 +349,9 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 		t.Errorf("the operator's replay request does not link to the delivery's trace: %v", replayRequest.Links)
 	}
 	var replayedConsume bool
+	deadRoot := byName(filterTrace(spans, deadTrace), "POST /v1/deliveries")
 	for _, s := range filterTrace(spans, deadTrace) {
-		if strings.HasPrefix(s.Name, "process ") && hasLink(s, operatorTrace) {
+		if strings.HasPrefix(s.Name, "process ") && hasLink(s, operatorTrace) && len(deadRoot) == 1 && s.ParentID == deadRoot[0].SpanID {
 			replayedConsume = true
 		}
 	}
@@ -340,7 +364,19 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	if !line.MatchString(worker.logText()) {
 		t.Errorf("no worker log line with delivery_id, trace_id and span_id of the attempt; the log:\n%s", worker.logText())
 	}
+	// And every line of either process about a delivery (a retry, a dead one, a replay among
+	// them) carries trace_id and span_id.
+	for _, p := range []*ledgerProcess{api, worker} {
+		for l := range strings.Lines(p.logText()) {
+			if strings.Contains(l, "delivery_id=") && !traced.MatchString(l) {
+				t.Errorf("a log line about a delivery without trace_id and span_id: %s", l)
+			}
+		}
+	}
 }
+
+// traced matches a log line that carries a trace's ids.
+var traced = regexp.MustCompile(`trace_id=[0-9a-f]{32} span_id=[0-9a-f]{16}`)
 
 func filterTrace(spans []otlptest.Span, traceID string) []otlptest.Span {
 	var out []otlptest.Span
@@ -350,6 +386,15 @@ func filterTrace(spans []otlptest.Span, traceID string) []otlptest.Span {
 		}
 	}
 	return out
+}
+
+func hasSpanLink(s otlptest.Span, spanID string) bool {
+	for _, l := range s.Links {
+		if l[1] == spanID {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLink(s otlptest.Span, traceID string) bool {
