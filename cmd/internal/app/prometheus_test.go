@@ -20,8 +20,75 @@ import (
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// alertsFile is the operator's rules file, from this package's directory.
-var alertsFile = filepath.Join("..", "..", "..", "deploy", "prometheus", "alerts.yaml")
+// alertsFile is the operator's rules file, from this package's directory, and promConfigFile
+// the Prometheus configuration that loads it.
+var (
+	alertsFile     = filepath.Join("..", "..", "..", "deploy", "prometheus", "alerts.yaml")
+	promConfigFile = filepath.Join("..", "..", "..", "deploy", "prometheus", "prometheus.yml")
+)
+
+// promConfig is deploy/prometheus/prometheus.yml as a test runs it: the same file with the
+// ledger job's target replaced by target, its intervals at one second (a test cannot wait 15 s
+// per scrape), and its rule files made absolute (they are relative to the file's directory,
+// and the test's copy lives elsewhere). Everything else (the job's name and path, the rule
+// files it names) is the committed file's, so a change there that breaks scraping the ledger or
+// loading its alerts fails the test.
+func promConfig(t *testing.T, target string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(promConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("%s: %v", promConfigFile, err)
+	}
+	global, _ := cfg["global"].(map[string]any)
+	if global == nil {
+		global = map[string]any{}
+		cfg["global"] = global
+	}
+	global["scrape_interval"], global["scrape_timeout"], global["evaluation_interval"] = "1s", "1s", "1s"
+	dir, err := filepath.Abs(filepath.Dir(promConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, _ := cfg["rule_files"].([]any)
+	for i, r := range rules {
+		if name, ok := r.(string); ok && !filepath.IsAbs(name) {
+			rules[i] = filepath.Join(dir, name)
+		}
+	}
+	if len(rules) == 0 {
+		t.Fatalf("%s loads no rule files", promConfigFile)
+	}
+	var jobs int
+	scrapes, _ := cfg["scrape_configs"].([]any)
+	for _, sc := range scrapes {
+		job, _ := sc.(map[string]any)
+		if job["job_name"] != "ledger" {
+			continue
+		}
+		jobs++
+		statics, _ := job["static_configs"].([]any)
+		if len(statics) != 1 {
+			t.Fatalf("%s: job ledger has %d static_configs, want the one local ledger", promConfigFile, len(statics))
+		}
+		static, _ := statics[0].(map[string]any)
+		if targets, _ := static["targets"].([]any); len(targets) != 1 {
+			t.Fatalf("%s: job ledger scrapes %v, want the one local ledger", promConfigFile, static["targets"])
+		}
+		static["targets"] = []any{target}
+	}
+	if jobs != 1 {
+		t.Fatalf("%s has %d jobs named ledger, want 1 (the rules select job=\"ledger\")", promConfigFile, jobs)
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // promWait bounds every wait on Prometheus: its start, a scrape, a rule evaluation.
 const promWait = 30 * time.Second
@@ -58,31 +125,13 @@ func prometheusBinary(t *testing.T) string {
 	return bin
 }
 
-// startPrometheus runs the prometheus at bin, scraping target every second and evaluating the
-// repository's alerts.yaml every second, until the test ends.
+// startPrometheus runs the prometheus at bin with the repository's prometheus.yml (promConfig:
+// scraping target, and evaluating alerts.yaml, every second) until the test ends.
 func startPrometheus(t *testing.T, bin, target string) *promServer {
 	t.Helper()
-	rules, err := filepath.Abs(alertsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(rules); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	config := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - %q
-scrape_configs:
-  - job_name: ledger
-    static_configs:
-      - targets: [%q]
-`, rules, target)
 	configFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(configFile, promConfig(t, target), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
@@ -214,9 +263,10 @@ func alertNames(t *testing.T) []string {
 	return names
 }
 
-// TestPrometheusScrapesTheLedgerAndEvaluatesItsAlerts runs a real Prometheus against a running
-// ledger: it scrapes /metrics (the accepted count reaches it), and it loads deploy/prometheus's
-// rules and evaluates every one of them over the ledger's real series without an error.
+// TestPrometheusScrapesTheLedgerAndEvaluatesItsAlerts runs a real Prometheus, configured by
+// deploy/prometheus/prometheus.yml (promConfig), against a running ledger: it scrapes /metrics
+// (the accepted count reaches it), and it loads deploy/prometheus's rules and evaluates every
+// one of them over the ledger's real series without an error.
 func TestPrometheusScrapesTheLedgerAndEvaluatesItsAlerts(t *testing.T) {
 	t.Parallel()
 	bin := prometheusBinary(t)
