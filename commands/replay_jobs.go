@@ -30,11 +30,14 @@ const (
 // that matched its filters when it was created. It runs in the background, in pages, and
 // resumes where it stopped after any crash; no delivery is replayed twice by it.
 type ReplayJob struct {
-	ID             string
-	Tenant         string
-	RequestKey     string
-	RequestHash    []byte
-	Reason         string
+	ID          string
+	Tenant      string
+	RequestKey  string
+	RequestHash []byte
+	Reason      string
+	// Actor names who asked for the job; it is recorded on each of its replays (the tenant of
+	// the key, "tenant:acme", when the request named no one).
+	Actor          string
 	IncludeUnknown bool
 	Filters        ReplayFilters
 	State          string
@@ -60,6 +63,9 @@ type ReplayJobStore interface {
 	// created=false (same RequestHash), or ErrRequestMismatch. More than max selected deliveries
 	// is ErrTooManyMatched, and nothing is recorded.
 	CreateReplayJob(ctx context.Context, job ReplayJob, max int) (stored ReplayJob, created bool, err error)
+	// CountReplayJob counts the deliveries CreateReplayJob would select for job now, recording
+	// nothing: the number an operator confirms before creating it.
+	CountReplayJob(ctx context.Context, job ReplayJob) (int, error)
 	// ReplayJob returns a tenant's job, or ErrNotFound.
 	ReplayJob(ctx context.Context, tenant, id string) (ReplayJob, error)
 	// ReplayJobs returns a tenant's latest jobs, newest first.
@@ -90,12 +96,24 @@ type ReplayJobs struct {
 	Lease time.Duration
 }
 
+// Defaults of a replay job runner.
+const (
+	// DefaultReplayJobPage bounds the replays a crash can make a runner go through again
+	// (each answered from its key, not replayed twice) and the writes of progress per job.
+	DefaultReplayJobPage = 100
+	// DefaultReplayJobLease is how long a job whose runner died waits before another runner
+	// (or the same process restarted) resumes it: longer than any page takes, so a slow but
+	// live runner keeps its job.
+	DefaultReplayJobLease = 30 * time.Second
+)
+
 // NewReplayJobs builds the use case over the replay command (keyed replays need its Requests).
 func NewReplayJobs(store ReplayJobStore, replay *ReplayHandler, clock Clock, logger *slog.Logger) *ReplayJobs {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &ReplayJobs{store: store, replay: replay, clock: clock, logger: logger, Page: 100, Lease: 30 * time.Second}
+	return &ReplayJobs{store: store, replay: replay, clock: clock, logger: logger, Page: DefaultReplayJobPage,
+		Lease: DefaultReplayJobLease}
 }
 
 // Create records a job for job's tenant, filters, reason and request key, and returns it
@@ -105,6 +123,12 @@ func (j *ReplayJobs) Create(ctx context.Context, job ReplayJob) (ReplayJob, bool
 	job.State, job.CreatedAt, job.UpdatedAt = ReplayJobRunning, now, now
 	job.Replayed, job.Skipped, job.Skips, job.FinishedAt = 0, 0, map[string]int{}, nil
 	return j.store.CreateReplayJob(ctx, job, MaxReplayJobDeliveries)
+}
+
+// Count returns how many deliveries a job of job's tenant, filters and include_unknown would
+// replay if it were created now (a job created later may select more or fewer).
+func (j *ReplayJobs) Count(ctx context.Context, job ReplayJob) (int, error) {
+	return j.store.CountReplayJob(ctx, job)
 }
 
 // Run claims running jobs and works through them until ctx ends, looking for one every
@@ -169,8 +193,8 @@ func (j *ReplayJobs) RunOnce(ctx context.Context) (bool, error) {
 // replays it again after a crash gets the first replay back instead of a second one. It returns
 // "" when the delivery was replayed, or why it was skipped.
 func (j *ReplayJobs) one(ctx context.Context, job *ReplayJob, id string) (string, error) {
-	d, err := j.replay.Handle(ctx, Replay{Tenant: job.Tenant, DeliveryID: id, Reason: job.Reason,
-		Actor: "replay job " + job.ID, AllowUnknown: job.IncludeUnknown,
+	d, err := j.replay.Handle(ctx, Replay{Tenant: job.Tenant, DeliveryID: id, Reason: ReplayJobReason(job.Reason, job.ID),
+		Actor: replayJobActor(job), AllowUnknown: job.IncludeUnknown,
 		RequestKey: "job:" + job.ID + ":" + id, RequestHash: job.RequestHash})
 	switch {
 	case err == nil:
@@ -184,6 +208,21 @@ func (j *ReplayJobs) one(ctx context.Context, job *ReplayJob, id string) (string
 		return "not found", nil
 	}
 	return "", err
+}
+
+// ReplayJobReason is the reason a job's replays record: the operator's, and the job that made
+// the replay, so that a delivery's history leads to the job.
+func ReplayJobReason(reason, jobID string) string {
+	return reason + " (replay job " + jobID + ")"
+}
+
+// replayJobActor is who a job's replays are recorded as made by: whom the request named, or the
+// tenant whose key created it (jobs created before they kept an actor name no one).
+func replayJobActor(job *ReplayJob) string {
+	if job.Actor != "" {
+		return job.Actor
+	}
+	return "tenant:" + job.Tenant
 }
 
 // Get returns a tenant's job, or ErrNotFound.

@@ -172,8 +172,8 @@ func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
 	events, _ = store.Load(ctx, unknown)
 	var r domain.Replayed
 	_ = json.Unmarshal(events[len(events)-1].Data, &r)
-	if events[len(events)-1].Type != domain.EventReplayed || !r.FromUnknown || r.Reason != "receiver dedupes" ||
-		r.Actor != fmt.Sprintf("replay job %s", uj.ID) {
+	if events[len(events)-1].Type != domain.EventReplayed || !r.FromUnknown || r.Reason != fmt.Sprintf("receiver dedupes (replay job %s)", uj.ID) ||
+		r.Actor != "tenant:acme" {
 		t.Fatalf("unknown's last event %s %+v", events[len(events)-1].Type, r)
 	}
 }

@@ -28,6 +28,9 @@ type Filter struct {
 	State     domain.State
 	Channel   string
 	Recipient string
+	// FailureClass selects the DLQ view's entries of one failure class; the status view has no
+	// such column (a list of it with one is an error).
+	FailureClass domain.ErrorClass
 	// Since and Until bound accepted_at: Since <= accepted_at < Until.
 	Since, Until time.Time
 	// Limit is the page size (1..MaxPageLimit); zero means DefaultPageLimit.
@@ -171,6 +174,9 @@ func listQuery(columns, table, tenant string, f Filter) (string, []any) {
 	}
 	if f.Recipient != "" {
 		arg("recipient = ?", f.Recipient)
+	}
+	if f.FailureClass != "" {
+		arg("failure_class = ?", string(f.FailureClass))
 	}
 	if !f.Since.IsZero() {
 		arg("accepted_at >= ?", f.Since)

@@ -155,6 +155,11 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 
 // readAccept checks the headers of an accept request and reads its body, bounded.
 func (s *server) readAccept(w http.ResponseWriter, r *http.Request) (key string, body []byte, err error) {
+	if len(r.Header.Values(headerIdempotencyKey)) > 1 {
+		// Two keys: which one identifies the request is anyone's guess (a proxy may keep
+		// either), so neither does.
+		return "", nil, invalid(headerIdempotencyKey, "send the header once")
+	}
 	key = r.Header.Get(headerIdempotencyKey)
 	if key == "" {
 		return "", nil, invalid(headerIdempotencyKey, "the %s header is required on accept requests, so a retry cannot accept twice", headerIdempotencyKey)

@@ -108,7 +108,8 @@ type Deps struct {
 // EventReader reads a tenant's delivery stream. postgres.EventStore implements it.
 type EventReader interface {
 	// LoadOf returns the stream in version order, or commands.ErrNotFound for an id that is
-	// unknown or another tenant's (indistinguishable, after the same work).
+	// unknown or another tenant's (the same answer; in PostgreSQL the foreign id costs a heap
+	// visit more, see docs/benchmarks.md).
 	LoadOf(ctx context.Context, tenant, deliveryID string) ([]domain.Event, error)
 }
 
@@ -121,6 +122,9 @@ type Views interface {
 	DeadLetters(ctx context.Context, tenant string, f projections.Filter) (projections.Page[projections.DLQRow], error)
 	// Stats returns a tenant's counters.
 	Stats(ctx context.Context, tenant string) (projections.Stats, error)
+	// Minutes returns a tenant's deliveries accepted, delivered and dead per minute over the
+	// hour up to now, from the status view.
+	Minutes(ctx context.Context, tenant string) (projections.Minutes, error)
 }
 
 // RequestLookup returns the stored answer of the accept request a tenant made under an

@@ -2,14 +2,17 @@ package httpapi_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -26,12 +29,15 @@ var fuzzRoutes = []struct{ method, path string }{
 	{http.MethodPost, "/v1/dlq/replay"},
 	{http.MethodPost, "/v1/deliveries"},
 	{http.MethodGet, "/healthz"},
+	{http.MethodGet, "/v1/replays"},
+	{http.MethodGet, "/v1/replays/%s"},
 }
 
 // fuzzServer is a test API over a real schema with a dead and an unknown delivery in it, and
 // the handler to call directly (no sockets: a fuzzing run makes tens of thousands of calls).
 func fuzzServer(f *testing.F) (http.Handler, []string) {
-	b := setup(f)
+	var jobs *commands.ReplayJobs // created by POST /v1/replays, never run: the answers are under test
+	b := setup(f, withReplayJobs(&jobs))
 	ids := []string{
 		b.story(f, "acme", "webhook", "https://example.com/dead", time.Now().Add(-time.Hour), domain.OutcomePermanent),
 		b.story(f, "acme", "webhook", "https://example.com/unknown", time.Now().Add(-time.Minute), domain.OutcomeUnknown),
@@ -65,8 +71,32 @@ func checkAnswer(t *testing.T, raw string, rec *httptest.ResponseRecorder) {
 	}
 }
 
+// checkQueryRefused fails when a query that does not decode (url.ParseQuery refuses it; the
+// server must not drop what it cannot read) got anything but a 400, apart from the answers of a
+// path no route has: the router's 404 and 405, or its redirect to a cleaned path.
+func checkQueryRefused(t *testing.T, raw string, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+	if err != nil {
+		return
+	}
+	if _, err := url.ParseQuery(req.URL.RawQuery); err == nil {
+		return
+	}
+	var p struct{ Detail string }
+	_ = json.Unmarshal(rec.Body.Bytes(), &p)
+	switch {
+	case rec.Code == http.StatusBadRequest:
+	case rec.Code == http.StatusNotFound && strings.HasPrefix(p.Detail, "no resource at "):
+	case rec.Code == http.StatusMethodNotAllowed, rec.Code >= 300 && rec.Code < 400:
+	default:
+		t.Fatalf("%q: a query that does not decode got %d %s, want 400", raw, rec.Code, rec.Body)
+	}
+}
+
 // FuzzQueriesAndPaths sends arbitrary path segments and query strings through the real router
-// to the real database: whatever the bytes, the answer is never a 500.
+// to the real database: whatever the bytes, the answer is never a 500, and a query that does not
+// decode is a 400.
 func FuzzQueriesAndPaths(f *testing.F) {
 	for _, seed := range []struct {
 		route        uint8
@@ -77,6 +107,7 @@ func FuzzQueriesAndPaths(f *testing.F) {
 		{4, "", "since=0000-01-01T00:00:00Z&until=9999-12-31T23:59:59Z"}, {4, "", "limit=99999999999999999999"},
 		{5, "", "a=%00"}, {6, "{0d9a1f2c-6a54-4f3e-9a3b-9b1c0e0f2a11}", ""}, {7, "0d9a1f2c6a544f3e9a3b9b1c0e0f2a11", "dry_run=1"},
 		{8, "", "channel=webhook&cursor=%00"}, {9, "", "dry_run=true"}, {10, "", "%ff=%ff"},
+		{9, "", "dry_run=%zz"}, {9, "", "dry_run=true;"}, {3, "", "recipient=%zz"}, {4, "", "limit=5&%"}, {11, "", "limit=%zz"},
 	} {
 		f.Add(seed.route, seed.segment, seed.raw)
 	}
@@ -98,13 +129,14 @@ func FuzzQueriesAndPaths(f *testing.F) {
 			"\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"
 		if rec, ok := serveRaw(t, h, raw); ok {
 			checkAnswer(t, raw, rec)
+			checkQueryRefused(t, raw, rec)
 		}
 	})
 }
 
-// FuzzOperatorBodies sends arbitrary replay and reconcile bodies and Idempotency-Keys, for a
-// dead, an unknown, another tenant's and a missing delivery, through the real router to the
-// real database: never a 500.
+// FuzzOperatorBodies sends arbitrary replay, reconcile and replay-job bodies and
+// Idempotency-Keys, for a dead, an unknown, another tenant's and a missing delivery, through the
+// real router to the real database: never a 500.
 func FuzzOperatorBodies(f *testing.F) {
 	for _, seed := range []struct {
 		route     uint8
@@ -116,6 +148,11 @@ func FuzzOperatorBodies(f *testing.F) {
 		{1, 1, "", `{"outcome":"retrying","evidence":"\ud800"}`}, {1, 0, "", `{"outcome":"dead","evidence":"e","status_code":1e999}`},
 		{1, 3, "", `{"outcome":"delivered","evidence":"` + strings.Repeat("e", 3000) + `"}`},
 		{2, 0, "page", `{"reason":"outage over"}`}, {2, 0, "", `{"reason":1}`}, {2, 0, "", `[]`},
+		{3, 0, "job-1", `{"reason":"outage over","channel":"webhook","failure_class":"permanent","include_unknown":true}`},
+		{3, 0, "", `{"reason":"no key"}`}, {3, 0, "", `{"dry_run":true,"since":"2026-01-01T00:00:00Z"}`},
+		{3, 0, "job-2", `{"reason":"r","since":"2026-02-01T00:00:00Z","until":"2026-01-01T00:00:00Z"}`},
+		{3, 0, "job-3", `{"reason":"r\u0000","recipient":"\ud800","failure_class":"nope","since":"yesterday"}`},
+		{3, 0, "job-4", `{"reason":"r","actor":"` + strings.Repeat("a", 600) + `","channel":"pigeon"}`},
 	} {
 		f.Add(seed.route, seed.target, seed.key, seed.body)
 	}
@@ -123,7 +160,7 @@ func FuzzOperatorBodies(f *testing.F) {
 	ids = append(ids, "0d9a1f2c-6a54-4f3e-9a3b-9b1c0e0f2a11")
 	f.Fuzz(func(t *testing.T, route, target uint8, key, body string) {
 		id := ids[int(target)%len(ids)]
-		path := [...]string{"/v1/deliveries/" + id + "/replay", "/v1/deliveries/" + id + "/reconcile", "/v1/dlq/replay?limit=5"}[int(route)%3]
+		path := [...]string{"/v1/deliveries/" + id + "/replay", "/v1/deliveries/" + id + "/reconcile", "/v1/dlq/replay?limit=5", "/v1/replays"}[int(route)%4]
 		header := "Host: ledger\r\nAuthorization: Bearer " + keyAcme + "\r\nContent-Type: application/json\r\n"
 		if key != "" {
 			header += "Idempotency-Key: " + key + "\r\n"

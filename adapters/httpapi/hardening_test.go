@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -291,5 +292,65 @@ func TestDLQReplayUnderOneKeyIsOnePass(t *testing.T) {
 	}
 	if b.replays(t, a) != 1 || b.replays(t, c) != 1 {
 		t.Fatalf("replays after a repeated page: %d and %d, want 1 each", b.replays(t, a), b.replays(t, c))
+	}
+}
+
+// TestQueriesThatDoNotDecodeAre400: a pair of the query that does not decode (a bad escape, a
+// semicolon) is refused naming its parameter, not dropped: dropped, a dry_run accepted for real
+// and a recipient filter widened the list to every delivery.
+func TestQueriesThatDoNotDecodeAre400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	refusing := b.refusing()
+	for i, query := range []string{"dry_run=%zz", "dry_run=true;", "%zz=1"} {
+		field := "dry_run"
+		if i == 2 {
+			field = "query"
+		}
+		refusing.do(t, req{method: http.MethodPost, path: "/v1/deliveries?" + query, apiKey: keyAcme, idemKey: "undecodable-" + strconv.Itoa(i),
+			contentType: "application/json", body: deliveryBody("https://example.com/undecodable")}).expectProblem(t, http.StatusBadRequest, field)
+		refusing.do(t, req{method: http.MethodPost, path: "/v1/notifications?" + query, apiKey: keyAcme, idemKey: "undecodable-n-" + strconv.Itoa(i),
+			contentType: "application/json", body: notificationBody("https://example.com/undecodable")}).expectProblem(t, http.StatusBadRequest, field)
+	}
+	if n := b.count(t, `SELECT count(*) FROM events`); n != 0 {
+		t.Fatalf("refused accepts recorded %d events", n)
+	}
+	b.accept(t, "undecodable-listed", "https://example.com/listed")
+	b.project(t)
+	refusing.get(t, "/v1/deliveries?recipient=%zz", keyAcme).expectProblem(t, http.StatusBadRequest, "recipient")
+	refusing.get(t, "/v1/dlq?recipient=x;", keyAcme).expectProblem(t, http.StatusBadRequest, "recipient")
+	refusing.get(t, "/v1/deliveries?limit=1&state=%", keyAcme).expectProblem(t, http.StatusBadRequest, "state")
+}
+
+// TestTwoIdempotencyKeysOnAnAcceptAre400: which of two keys names the request is anyone's guess,
+// so an accept with two is refused and records nothing, as a replay with two is.
+func TestTwoIdempotencyKeysOnAnAcceptAre400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tt := range []struct{ path, body string }{
+		{"/v1/deliveries", deliveryBody("https://example.com/two-keys")},
+		{"/v1/notifications", notificationBody("https://example.com/two-keys")},
+	} {
+		hr, err := http.NewRequest(http.MethodPost, b.url+tt.path, strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr.Header.Set("Authorization", "Bearer "+keyAcme)
+		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Add("Idempotency-Key", "first")
+		hr.Header.Add("Idempotency-Key", "second")
+		res, err := b.client.Do(hr.WithContext(openapitest.Invalid(hr.Context())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp{status: res.StatusCode, header: res.Header, body: data}.expectProblem(t, http.StatusBadRequest, "Idempotency-Key")
+	}
+	if n := b.count(t, `SELECT count(*) FROM events`); n != 0 {
+		t.Fatalf("accepts with two keys recorded %d events", n)
 	}
 }

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
-	"github.com/deliveryledger/ledger/commands"
 )
 
 // servedOutsideNew are operations of docs/openapi.yaml that New does not register: the wiring
@@ -24,15 +22,7 @@ var servedOutsideNew = map[string]bool{}
 // other fails here, before a client finds out.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	t.Parallel()
-	h, err := New(Config{APIKeys: map[string]string{"k": "acme"}, Channels: map[string]commands.Check{"webhook": func(string, json.RawMessage) error { return nil }}},
-		Deps{Accept: &commands.AcceptHandler{}, Events: idleDeps{}, Requests: idleDeps{}, Views: idleDeps{},
-			Replay: &commands.ReplayHandler{}, Reconcile: &commands.ReconcileHandler{}, OperatorRequests: idleDeps{},
-			ReplayJobs: &commands.ReplayJobs{}, Receipts: &Receipts{Record: &commands.RecordReceiptHandler{}},
-			Providers: func(context.Context) ([]ProviderView, error) { return nil, nil }}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := h.(*server)
+	s := fullServer(t)
 	doc, err := openapitest.Load(context.Background())
 	if err != nil {
 		t.Fatal(err)

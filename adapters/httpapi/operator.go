@@ -147,7 +147,7 @@ func (s *server) replayDelivery(w http.ResponseWriter, r *http.Request, tenant s
 // chosen with the filters of GET /v1/dlq (state is always dead: an unknown outcome is
 // reconciled, not replayed).
 func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string) error {
-	q := r.URL.Query()
+	q := queryOf(r)
 	if v := q.Get("state"); v != "" && v != string(domain.StateDead) {
 		return invalid("state", "only dead deliveries are replayed; an unknown outcome is resolved with POST /v1/deliveries/{id}/reconcile")
 	}

@@ -33,7 +33,7 @@ type eventView struct {
 // after as_of ends it), so clocks that disagreed between writers cannot produce a history with
 // a hole. A delivery with no event by then is not found.
 func (s *server) deliveryStatus(w http.ResponseWriter, r *http.Request, tenant string) error {
-	asOf, err := parseAsOf(r.URL.Query())
+	asOf, err := parseAsOf(queryOf(r))
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,10 @@ type Receipts struct {
 	PublicURL string
 	// Observe, when set, is told each receipt recorded (for metrics).
 	Observe func(provider, status string)
+	// ByGET names the providers that may also send their receipts as a GET with the receipt in
+	// the query (Vonage: a setting of the account's dashboard). The others take POST only: a
+	// GET to them is 405, as a Twilio callback is a signed form that only a POST carries.
+	ByGET map[string]bool
 }
 
 // ProviderView is one provider in GET /v1/providers.
@@ -49,10 +53,10 @@ type ProviderView struct {
 	// State is the worst breaker state the processes running the provider report: closed,
 	// half_open or open; "unknown" when no worker has reported lately.
 	State string `json:"state"`
-	// Requests and Failures are the calls in the breakers' current windows, over the processes,
-	// and ErrorRate their ratio (0 without calls).
-	Requests  int64   `json:"requests"`
-	Failures  int64   `json:"failures"`
+	// ErrorRate is the share of failed calls in the breakers' current windows, over the
+	// processes (0 without calls). The counts themselves are left out: they hold every
+	// tenant's traffic, and the view is shown to each. The operators have the calls by provider
+	// in /metrics (ledger_attempt_duration_seconds_count), on its own listener.
 	ErrorRate float64 `json:"error_rate"`
 	// Instances is the number of processes that reported, ReportedAt the latest report.
 	Instances  int        `json:"instances"`
@@ -62,17 +66,29 @@ type ProviderView struct {
 // ProviderLister answers GET /v1/providers.
 type ProviderLister func(ctx context.Context) ([]ProviderView, error)
 
-// receipt takes a provider's callback: POST /v1/receipts/{provider}. It carries no bearer key;
-// the provider's signature (or secret) authenticates it, and a callback that fails that is
-// refused with 403 and records nothing. Its query is the provider's to choose (Vonage sends
-// receipts as query parameters), so it is not checked against a list.
+// receipt takes a provider's callback: POST /v1/receipts/{provider}, or GET for the providers
+// of Receipts.ByGET. It carries no bearer key; the provider's signature (or secret)
+// authenticates it, and a callback that fails that is refused with 403 and records nothing. Its
+// query is the provider's to choose (Vonage sends receipts as query parameters), so it is not
+// checked against a list.
 func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
-	tracing.Route(r, "POST /v1/receipts/{provider}")
+	tracing.Route(r, r.Method+" /v1/receipts/{provider}")
 	name := r.PathValue("provider")
 	parser, ok := s.deps.Receipts.Parsers[name]
 	if !ok {
 		s.writeProblem(w, r, &requestError{kind: errRouteNotFound, field: "provider",
 			detail: fmt.Sprintf("no provider %q takes receipts here", name)})
+		return
+	}
+	// The mux sends HEAD to the GET route too: a HEAD records nothing, whatever the provider.
+	if r.Method != http.MethodPost && (r.Method != http.MethodGet || !s.deps.Receipts.ByGET[name]) {
+		allow := http.MethodPost
+		if s.deps.Receipts.ByGET[name] {
+			allow = http.MethodGet + ", " + http.MethodPost
+		}
+		w.Header().Set("Allow", allow)
+		s.writeProblem(w, r, &requestError{kind: errMethodNotAllowed,
+			detail: fmt.Sprintf("provider %s sends its receipts by %s", name, allow)})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReceiptBytes))

@@ -22,6 +22,19 @@ type replayJobRequest struct {
 	Until          string `json:"until"`
 	Recipient      string `json:"recipient"`
 	IncludeUnknown bool   `json:"include_unknown"`
+	// Actor names who asks; the key's tenant ("tenant:acme") when absent. Each replay records it.
+	Actor string `json:"actor"`
+	// DryRun counts the deliveries the job would replay now and creates nothing (no
+	// Idempotency-Key needed): the number an operator confirms.
+	DryRun bool `json:"dry_run"`
+}
+
+// replayJobPreview answers a dry run of POST /v1/replays.
+type replayJobPreview struct {
+	DryRun         bool                   `json:"dry_run"`
+	Matched        int                    `json:"matched"`
+	IncludeUnknown bool                   `json:"include_unknown"`
+	Filters        commands.ReplayFilters `json:"filters"`
 }
 
 // failureClasses are the classes a DLQ entry may have.
@@ -32,6 +45,7 @@ type replayJobView struct {
 	ID             string                 `json:"id"`
 	State          string                 `json:"state"`
 	Reason         string                 `json:"reason"`
+	Actor          string                 `json:"actor"`
 	IncludeUnknown bool                   `json:"include_unknown"`
 	Filters        commands.ReplayFilters `json:"filters"`
 	Matched        int                    `json:"matched"`
@@ -48,14 +62,19 @@ func newReplayJobView(j commands.ReplayJob) replayJobView {
 	if skips == nil {
 		skips = map[string]int{}
 	}
-	return replayJobView{ID: j.ID, State: j.State, Reason: j.Reason, IncludeUnknown: j.IncludeUnknown, Filters: j.Filters,
+	actor := j.Actor
+	if actor == "" {
+		actor = tenantActor(j.Tenant)
+	}
+	return replayJobView{ID: j.ID, State: j.State, Reason: j.Reason, Actor: actor, IncludeUnknown: j.IncludeUnknown, Filters: j.Filters,
 		Matched: j.Matched, Replayed: j.Replayed, Skipped: j.Skipped, Skips: skips, CreatedAt: j.CreatedAt,
 		UpdatedAt: j.UpdatedAt, FinishedAt: j.FinishedAt}
 }
 
-// createReplayJob answers POST /v1/replays: 202 with the job, which runs in the background.
+// createReplayJob answers POST /v1/replays: 202 with the job, which runs in the background; a
+// dry run answers 200 with the count the job would match.
 func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key, body, err := s.readKeyed(w, r)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		return err
 	}
@@ -66,10 +85,16 @@ func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant 
 	if err := decodeJSON(body, &req); err != nil {
 		return err
 	}
-	if req.Reason == "" {
+	var key string
+	if !req.DryRun {
+		if key, err = idempotencyKeyOf(r); err != nil {
+			return err
+		}
+	}
+	if req.Reason == "" && !req.DryRun {
 		return invalid("reason", "required: why these deliveries are replayed (recorded on each)")
 	}
-	for _, t := range []struct{ field, v string }{{"reason", req.Reason}, {"recipient", req.Recipient}} {
+	for _, t := range []struct{ field, v string }{{"reason", req.Reason}, {"recipient", req.Recipient}, {"actor", req.Actor}} {
 		if err := checkText(t.field, t.v, maxReasonLen); err != nil {
 			return err
 		}
@@ -79,16 +104,11 @@ func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant 
 			return invalid("channel", "unknown channel %q; known: %s", req.Channel, s.channels)
 		}
 	}
-	if req.FailureClass != "" {
-		known := false
-		for _, c := range failureClasses {
-			known = known || string(c) == req.FailureClass
-		}
-		if !known {
-			return invalid("failure_class", "unknown class %q; one of: permanent, transient, unknown, panic", req.FailureClass)
-		}
+	class, err := parseFailureClass(req.FailureClass)
+	if err != nil {
+		return err
 	}
-	filters := commands.ReplayFilters{Channel: req.Channel, FailureClass: domain.ErrorClass(req.FailureClass), Recipient: req.Recipient}
+	filters := commands.ReplayFilters{Channel: req.Channel, FailureClass: class, Recipient: req.Recipient}
 	for _, p := range []struct {
 		field, v string
 		into     **time.Time
@@ -106,8 +126,17 @@ func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant 
 	if filters.Since != nil && filters.Until != nil && !filters.Until.After(*filters.Since) {
 		return invalid("until", "must be after since")
 	}
-	job, created, err := s.deps.ReplayJobs.Create(r.Context(), commands.ReplayJob{Tenant: tenant, RequestKey: key,
-		RequestHash: requestHash(r.Method, r.URL.Path, body), Reason: req.Reason, IncludeUnknown: req.IncludeUnknown, Filters: filters})
+	ask := commands.ReplayJob{Tenant: tenant, RequestKey: key, RequestHash: requestHash(r.Method, r.URL.Path, body),
+		Reason: req.Reason, Actor: req.Actor, IncludeUnknown: req.IncludeUnknown, Filters: filters}
+	if req.DryRun {
+		n, err := s.deps.ReplayJobs.Count(r.Context(), ask)
+		if err != nil {
+			return err
+		}
+		s.writeJSON(w, r, http.StatusOK, replayJobPreview{DryRun: true, Matched: n, IncludeUnknown: req.IncludeUnknown, Filters: filters})
+		return nil
+	}
+	job, created, err := s.deps.ReplayJobs.Create(r.Context(), ask)
 	if errors.Is(err, commands.ErrTooManyMatched) {
 		return invalid("", "%v: narrow the filters (channel, failure_class, since, until, recipient)", err)
 	}
@@ -145,7 +174,7 @@ var errReplayJobNotFound = &requestError{kind: errRouteNotFound, detail: "no rep
 // replayJobs answers GET /v1/replays: the tenant's latest jobs, newest first.
 func (s *server) replayJobs(w http.ResponseWriter, r *http.Request, tenant string) error {
 	limit := 20
-	if v := r.URL.Query().Get("limit"); v != "" {
+	if v := queryOf(r).Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
 			return invalid("limit", "must be a whole number from 1 to 100")
@@ -164,18 +193,17 @@ func (s *server) replayJobs(w http.ResponseWriter, r *http.Request, tenant strin
 	return nil
 }
 
-// readKeyed reads a request that needs an Idempotency-Key (once), and its body.
-func (s *server) readKeyed(w http.ResponseWriter, r *http.Request) (string, []byte, error) {
+// idempotencyKeyOf reads the Idempotency-Key (once) that creating a job needs.
+func idempotencyKeyOf(r *http.Request) (string, error) {
 	values := r.Header.Values(headerIdempotencyKey)
 	switch {
 	case len(values) == 0 || values[0] == "":
-		return "", nil, invalid(headerIdempotencyKey, "required: a repeat of the request under the same key answers the same job instead of starting another")
+		return "", invalid(headerIdempotencyKey, "required: a repeat of the request under the same key answers the same job instead of starting another")
 	case len(values) > 1:
-		return "", nil, invalid(headerIdempotencyKey, "send the header once")
+		return "", invalid(headerIdempotencyKey, "send the header once")
 	}
 	if err := checkIdempotencyKey(values[0]); err != nil {
-		return "", nil, err
+		return "", err
 	}
-	body, err := s.readBody(w, r)
-	return values[0], body, err
+	return values[0], nil
 }

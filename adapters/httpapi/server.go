@@ -10,37 +10,43 @@
 //	GET  /v1/deliveries/{id}/events     audit: every event, in version order, with the state it led to
 //	GET  /v1/requests/{key}             the answer an accept request under this Idempotency-Key got
 //	GET  /v1/deliveries                 list from the status view (?state=&channel=&recipient=&since=&until=&limit=&cursor=)
-//	GET  /v1/dlq                        list from the DLQ view (dead and unknown; same filters)
+//	GET  /v1/dlq                        list from the DLQ view (dead and unknown; same filters, and failure_class)
 //	GET  /v1/stats                      the tenant's counters per channel and state
+//	GET  /v1/stats/minutes              the tenant's accepted, delivered and dead per minute over the last hour
 //	POST /v1/deliveries/{id}/replay     a dead delivery starts a new attempt cycle → 202
 //	POST /v1/dlq/replay                 replay the dead deliveries of one DLQ page (GET /v1/dlq's filters)
 //	POST /v1/deliveries/{id}/reconcile  resolve an unknown outcome with evidence
-//	POST /v1/replays                    a durable bulk replay of a filter's dead deliveries → 202
+//	POST /v1/replays                    a durable bulk replay of a filter's dead deliveries → 202 (dry_run: its count → 200)
 //	GET  /v1/replays/{id}, /v1/replays  a replay job's progress; the latest jobs
-//	POST /v1/receipts/{provider}        a provider's delivery receipt (authenticated by the provider)
+//	POST /v1/receipts/{provider}        a provider's delivery receipt (authenticated by the provider);
+//	                                    GET too for a provider that sends receipts as a query (Vonage)
 //	GET  /v1/providers                  each provider's channel and circuit state
 //	GET  /console/                      the operators' web console (static; calls this API)
 //	GET  /openapi.yaml                  this API's OpenAPI 3.1 description
 //	GET  /healthz, GET /readyz          liveness, readiness
 //
 // The list answers are {"items":[...],"next_cursor":"...","view":{...}}: next_cursor is absent on
-// the last page, and view says which log position the answer reflects and how far the view is
-// behind the log (lag_events, lag_seconds). Pages are keyed on (accepted_at, id), newest first,
-// so deliveries accepted while a client pages never shift the pages it has yet to read.
+// the last page, and view is {name, version, pending_events}: the view the answer was read from
+// and how many of the tenant's own recorded events it does not reflect yet (0: complete); it
+// says nothing of other tenants, not even the log's position. Pages are keyed on (accepted_at,
+// id), newest first, so deliveries accepted while a client pages never shift the pages it has
+// yet to read.
 //
 // Every error is an RFC 9457 application/problem+json document whose field member names the
 // offending JSON member, query parameter or header when one is at fault. Status codes:
 //
 //	400  the caller can fix the request: malformed JSON, an unknown member, a missing or
-//	     out-of-range value, a missing or too long Idempotency-Key. Semantically wrong values
-//	     (unknown channel, invalid recipient, payload not an object) are 400 too, never 422.
+//	     out-of-range value, an unknown, repeated or undecodable query parameter, a missing,
+//	     repeated or too long Idempotency-Key. Semantically wrong values (unknown channel,
+//	     invalid recipient, payload not an object) are 400 too, never 422.
 //	401  missing or unknown bearer key (with WWW-Authenticate: Bearer)
 //	404  unknown route, or a delivery that does not exist or belongs to another tenant (the two
 //	     are indistinguishable on purpose)
 //	405  known route, other method
 //	409  a request with the same Idempotency-Key is still in flight; a replay of a delivery that is
 //	     not dead, or a reconciliation of one whose outcome is not unknown (field "state")
-//	413  body larger than Config.MaxBodyBytes
+//	413  body larger than Config.MaxBodyBytes, or a notification whose payload times its
+//	     recipients is over the fan-out bound (field "recipients")
 //	415  a Content-Type other than JSON
 //	422  the Idempotency-Key was used before with a different request
 //	503  /readyz: a dependency is down
@@ -57,6 +63,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -85,8 +92,10 @@ type server struct {
 	keys     map[[sha256.Size]byte]string
 	channels string // the known channel names, for error details
 	mux      *http.ServeMux
-	// routes lists every route with the query parameters it takes (the tests walk them).
-	routes []route
+	// routes lists every route with the query parameters it takes (the tests walk them), and
+	// patterns every pattern the mux has, those routes' and the others' (see handle).
+	routes   []route
+	patterns []string
 }
 
 // route is one pattern of the mux and the query parameters it takes; any other is refused.
@@ -132,8 +141,9 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	}
 	if deps.Views != nil {
 		s.tenantRoute("GET /v1/deliveries", s.listDeliveries, filters...)
-		s.tenantRoute("GET /v1/dlq", s.listDLQ, filters...)
+		s.tenantRoute("GET /v1/dlq", s.listDLQ, append([]string{"failure_class"}, filters...)...)
 		s.tenantRoute("GET /v1/stats", s.stats)
+		s.tenantRoute("GET /v1/stats/minutes", s.statsMinutes)
 	}
 	if deps.Replay != nil {
 		s.tenantRoute("POST /v1/deliveries/{id}/replay", s.replayDelivery)
@@ -153,11 +163,14 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 		s.tenantRoute("GET /v1/providers", s.providers)
 	}
 	if deps.Receipts != nil {
-		// Not in s.routes: the provider chooses the callback's query (see receipt).
-		s.mux.HandleFunc("POST /v1/receipts/{provider}", s.receipt)
+		// Not in s.routes: the provider chooses the callback's query (see receipt). GET is for
+		// the providers that send receipts as a query (Receipts.ByGET); receipt refuses it for
+		// the others.
+		s.handle("POST /v1/receipts/{provider}", http.HandlerFunc(s.receipt))
+		s.handle("GET /v1/receipts/{provider}", http.HandlerFunc(s.receipt))
 	}
 	// The operators' console: static pages that call this API with the key an operator enters.
-	s.mux.Handle(console.Prefix, console.Handler())
+	s.handle(console.Prefix, console.Handler())
 	s.publicRoute("GET /openapi.yaml", OpenAPIHandler().ServeHTTP)
 	s.publicRoute("GET /healthz", s.healthz)
 	s.publicRoute("GET /readyz", s.readyz)
@@ -173,8 +186,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.logger.ErrorContext(r.Context(), "panic in http handler",
-				"method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			s.logger.ErrorContext(r.Context(), "panic in http handler", append(deliveryAttr(r),
+				"method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))...)
 			if sw.status != 0 {
 				// Part of an answer is out: abort the connection, so the client sees a broken
 				// response rather than one that looks complete.
@@ -182,8 +195,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.writeProblem(sw, r, fmt.Errorf("panic: %v", v))
 		}
-		s.logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.Path,
-			"status", sw.status, "duration", time.Since(start))
+		s.logger.DebugContext(r.Context(), "http request", append(deliveryAttr(r), "method", r.Method, "path", r.URL.Path,
+			"status", sw.status, "duration", time.Since(start))...)
 	}()
 	s.route(sw, r)
 }
@@ -216,14 +229,14 @@ func (s *server) route(w http.ResponseWriter, r *http.Request) {
 type tenantHandler func(w http.ResponseWriter, r *http.Request, tenant string) error
 
 // tenantRoute registers a /v1 handler: the bearer key is authenticated, then the query is
-// checked against params (see checkQuery), before h runs.
+// parsed and checked against params (see withQuery), before h runs.
 func (s *server) tenantRoute(pattern string, h tenantHandler, params ...string) {
 	s.routes = append(s.routes, route{pattern: pattern, params: params})
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	s.handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tracing.Route(r, pattern)
 		tenant, err := s.authenticate(r)
 		if err == nil {
-			err = checkQuery(r.URL.Query(), params...)
+			r, err = withQuery(r, params)
 		}
 		if err == nil {
 			err = h(w, r, tenant)
@@ -231,20 +244,83 @@ func (s *server) tenantRoute(pattern string, h tenantHandler, params ...string) 
 		if err != nil {
 			s.writeProblem(w, r, err)
 		}
-	})
+	}))
 }
 
 // publicRoute registers a handler that needs no key; its query is checked like any other.
 func (s *server) publicRoute(pattern string, h http.HandlerFunc, params ...string) {
 	s.routes = append(s.routes, route{pattern: pattern, params: params})
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	s.handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tracing.Route(r, pattern)
-		if err := checkQuery(r.URL.Query(), params...); err != nil {
+		r, err := withQuery(r, params)
+		if err != nil {
 			s.writeProblem(w, r, err)
 			return
 		}
 		h(w, r)
-	})
+	}))
+}
+
+// handle registers a pattern with the mux. Every registration goes through here, so the tests
+// see every pattern the server has, the ones that escape the query check included.
+func (s *server) handle(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
+}
+
+// queryKey is the context key of the query withQuery parsed.
+type queryKey struct{}
+
+// withQuery parses r's query strictly (parseQuery) and checks it against params (checkQuery),
+// and returns r carrying it for the handler, which reads it with queryOf. Every route goes
+// through here, so no handler parses a query of its own.
+func withQuery(r *http.Request, params []string) (*http.Request, error) {
+	if r.URL.RawQuery == "" {
+		return r, nil // the common case: nothing to parse, queryOf reads an empty query
+	}
+	q, err := parseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = checkQuery(q, params...)
+	}
+	if err != nil {
+		return r, err
+	}
+	return r.WithContext(context.WithValue(r.Context(), queryKey{}, q)), nil
+}
+
+// queryOf is the query withQuery parsed and checked. Handlers read it instead of r.URL.Query(),
+// which drops the pairs that do not decode (see parseQuery).
+func queryOf(r *http.Request) url.Values {
+	q, _ := r.Context().Value(queryKey{}).(url.Values)
+	return q
+}
+
+// parseQuery parses a raw query as url.ParseQuery does, but refuses what r.URL.Query() would
+// silently drop: a pair that does not decode ("dry_run=%zz") or one with a semicolon in it
+// ("dry_run=true;"). Dropped, such a pair escapes the parameter check: a dry_run would accept
+// for real, a recipient filter would widen the answer. The refusal names the parameter when its
+// name decodes, "query" when even that does not.
+func parseQuery(raw string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err == nil {
+		return q, nil
+	}
+	for pair := range strings.SplitSeq(raw, "&") {
+		if _, perr := url.ParseQuery(pair); perr != nil {
+			return nil, invalid(queryField(pair), "the query does not decode (%v): percent-encode names and values, and separate parameters with &", perr)
+		}
+	}
+	return nil, invalid("query", "the query does not decode (%v)", err)
+}
+
+// queryField names the parameter of a query pair that does not decode.
+func queryField(pair string) string {
+	name, _, _ := strings.Cut(pair, "=")
+	name, err := url.QueryUnescape(name)
+	if err != nil || name == "" || strings.Contains(name, ";") || storableText(name) != nil {
+		return "query"
+	}
+	return name
 }
 
 // authenticate returns the tenant of the request's bearer key.

@@ -15,8 +15,9 @@ import (
 // What PostgreSQL refuses, caught before it is sent. A request whose values the database would
 // refuse is the caller's to fix (400 naming the value), not a server error: this file is the one
 // place that knows which values those are, and every handler goes through it, for bodies
-// (decodeJSON checks every string and JSON member it decoded), query parameters (route), path
-// values (pathID, pathText) and headers.
+// (decodeJSON checks every string and JSON member it decoded), query parameters (checkQuery,
+// which every route calls through withQuery), path values (pathID for ids, storableText for the
+// Idempotency-Key of GET /v1/requests/{key}) and headers.
 //
 //   - text: PostgreSQL's text cannot hold NUL (22P05, "unsupported Unicode escape sequence" in
 //     jsonb; a NUL byte in a text parameter) and must be valid UTF-8 (22021);

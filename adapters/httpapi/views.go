@@ -141,7 +141,7 @@ func newList[R, T any](page projections.Page[R], conv func(R) T) list[T] {
 // listDeliveries is GET /v1/deliveries: the tenant's deliveries from the status view, newest
 // first, with keyset pagination.
 func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request, tenant string) error {
-	f, err := s.parseFilter(r.URL.Query(), domain.States)
+	f, err := s.parseFilter(queryOf(r), domain.States)
 	if err != nil {
 		return err
 	}
@@ -157,6 +157,9 @@ func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request, tenant s
 func (s *server) listDLQ(w http.ResponseWriter, r *http.Request, tenant string) error {
 	f, err := s.parseFilter(r.URL.Query(), []domain.State{domain.StateDead, domain.StateUnknown})
 	if err != nil {
+		return err
+	}
+	if f.FailureClass, err = parseFailureClass(r.URL.Query().Get("failure_class")); err != nil {
 		return err
 	}
 	page, err := s.deps.Views.DeadLetters(r.Context(), tenant, f)

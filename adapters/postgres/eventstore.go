@@ -273,7 +273,10 @@ func (s *EventStore) Load(ctx context.Context, deliveryID string) ([]domain.Even
 }
 
 // LoadOf returns a delivery's stream if it belongs to tenant, and ErrNotFound otherwise: the
-// answer for another tenant's id is the answer for an unknown one, after the same work.
+// answer for another tenant's id is the answer for an unknown one. The work is not quite the
+// same: both cost one probe of the (delivery_id, version) index, and a foreign id also the
+// visit of its rows' heap page, where the tenant is (one shared buffer more, below the noise of
+// a request; docs/benchmarks.md). Only the tenant in that index would make them equal.
 func (s *EventStore) LoadOf(ctx context.Context, tenant, deliveryID string) ([]domain.Event, error) {
 	return s.load(ctx, deliveryID, eventsByDeliveryOf, tenant)
 }

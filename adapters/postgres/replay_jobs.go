@@ -13,21 +13,28 @@ import (
 	"github.com/deliveryledger/ledger/commands"
 )
 
-const replayJobColumns = `id::text, tenant, request_key, request_hash, reason, include_unknown, filters, state,
+const replayJobColumns = `id::text, tenant, request_key, request_hash, reason, actor, include_unknown, filters, state,
 matched, replayed, skipped, skips, created_at, updated_at, finished_at`
 
 const (
-	replayJobInsert = `INSERT INTO replay_jobs (id, tenant, request_key, request_hash, reason, include_unknown,
+	replayJobInsert = `INSERT INTO replay_jobs (id, tenant, request_key, request_hash, reason, actor, include_unknown,
 	filters, state, matched, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', 0, $8, $8)
+VALUES ($1, $2, $3, $4, $5, $9, $6, $7, 'running', 0, $8, $8)
 ON CONFLICT (tenant, request_key) DO NOTHING`
+
+	// replayItemsWhere selects, from the DLQ view v, the tenant's deliveries a job's filters
+	// select: $2 tenant, $3 include_unknown, $4 channel, $5 failure_class, $6 recipient, $7 and
+	// $8 since and until. A job's items and its preview's count are the same selection.
+	replayItemsWhere = `v.tenant = $2 AND (v.state = 'dead' OR ($3 AND v.state = 'unknown'))
+	AND ($4 = '' OR v.channel = $4) AND ($5 = '' OR v.failure_class = $5) AND ($6 = '' OR v.recipient = $6)
+	AND ($7::timestamptz IS NULL OR v.accepted_at >= $7) AND ($8::timestamptz IS NULL OR v.accepted_at < $8)`
 
 	// The items are the tenant's deliveries in the DLQ view that the filters select.
 	replayItemsSelect = `INSERT INTO replay_job_items (job_id, delivery_id)
-SELECT $1, v.id FROM dlq_view v
-WHERE v.tenant = $2 AND (v.state = 'dead' OR ($3 AND v.state = 'unknown'))
-	AND ($4 = '' OR v.channel = $4) AND ($5 = '' OR v.failure_class = $5) AND ($6 = '' OR v.recipient = $6)
-	AND ($7::timestamptz IS NULL OR v.accepted_at >= $7) AND ($8::timestamptz IS NULL OR v.accepted_at < $8)`
+SELECT $1, v.id FROM dlq_view v WHERE ` + replayItemsWhere
+
+	// replayItemsCount counts them; $1 is unused, so both take the same arguments.
+	replayItemsCount = `SELECT count(*) FROM dlq_view v WHERE $1::text IS NOT NULL AND ` + replayItemsWhere
 
 	replayJobMatched = `UPDATE replay_jobs SET matched = $2 WHERE id = $1`
 
@@ -70,7 +77,7 @@ WHERE id = $1 AND state = 'running'`
 func scanReplayJob(row pgx.CollectableRow) (commands.ReplayJob, error) {
 	var j commands.ReplayJob
 	var filters, skips []byte
-	err := row.Scan(&j.ID, &j.Tenant, &j.RequestKey, &j.RequestHash, &j.Reason, &j.IncludeUnknown, &filters, &j.State,
+	err := row.Scan(&j.ID, &j.Tenant, &j.RequestKey, &j.RequestHash, &j.Reason, &j.Actor, &j.IncludeUnknown, &filters, &j.State,
 		&j.Matched, &j.Replayed, &j.Skipped, &skips, &j.CreatedAt, &j.UpdatedAt, &j.FinishedAt)
 	if err != nil {
 		return j, err
@@ -104,7 +111,7 @@ func (s *EventStore) CreateReplayJob(ctx context.Context, job commands.ReplayJob
 	}
 	defer tx.Rollback(ctx)
 	tag, err := tx.Exec(ctx, replayJobInsert, job.ID, job.Tenant, job.RequestKey, job.RequestHash, job.Reason,
-		job.IncludeUnknown, filters, job.CreatedAt)
+		job.IncludeUnknown, filters, job.CreatedAt, job.Actor)
 	if err != nil {
 		return job, false, fmt.Errorf("create replay job: %w", err)
 	}
@@ -123,9 +130,7 @@ func (s *EventStore) CreateReplayJob(ctx context.Context, job commands.ReplayJob
 		}
 		return earlier, false, nil
 	}
-	f := job.Filters
-	tag, err = tx.Exec(ctx, replayItemsSelect, job.ID, job.Tenant, job.IncludeUnknown, f.Channel, string(f.FailureClass),
-		f.Recipient, f.Since, f.Until)
+	tag, err = tx.Exec(ctx, replayItemsSelect, replayItemsArgs(job)...)
 	if err != nil {
 		return job, false, fmt.Errorf("select replay job deliveries: %w", err)
 	}
@@ -141,6 +146,21 @@ func (s *EventStore) CreateReplayJob(ctx context.Context, job commands.ReplayJob
 		return job, false, fmt.Errorf("create replay job: %w", err)
 	}
 	return job, true, nil
+}
+
+// replayItemsArgs are the arguments of replayItemsSelect and replayItemsCount for job.
+func replayItemsArgs(job commands.ReplayJob) []any {
+	f := job.Filters
+	return []any{job.ID, job.Tenant, job.IncludeUnknown, f.Channel, string(f.FailureClass), f.Recipient, f.Since, f.Until}
+}
+
+// CountReplayJob implements commands.ReplayJobStore.
+func (s *EventStore) CountReplayJob(ctx context.Context, job commands.ReplayJob) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, replayItemsCount, replayItemsArgs(job)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count replay job deliveries: %w", err)
+	}
+	return n, nil
 }
 
 // ReplayJob implements commands.ReplayJobStore.

@@ -40,7 +40,8 @@ var (
 // callbackURL is the whole URL the receipt was sent to (scheme, host, path and query, as the
 // receiving server saw it), header its headers, body its body. Vonage sends receipts as the
 // account's dashboard says: a GET with the parameters in the query, a POST form, or a POST of
-// JSON; all three are read (a body by its Content-Type, no body from the query).
+// JSON; all three are read (a body by its Content-Type, no body from the query), and the API
+// routes all three here (GET /v1/receipts/{provider} is for Vonage providers only).
 //
 // Authentication comes first and is our own secret: the callback URL's token query parameter
 // must equal Config.CallbackToken (compared in constant time), or the error is

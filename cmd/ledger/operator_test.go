@@ -481,7 +481,8 @@ func TestOperatorReconcileResolvesAnUnknown(t *testing.T) {
 		t.Fatalf("a job with --include-unknown: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = b.cli(t, acmeKey, "deliveries", "show", second)
-	if replayed := lineOf(out, "delivery.replayed"); code != 0 || !strings.Contains(replayed, "reason: resend the unknowns; by replay job ") ||
+	if replayed := lineOf(out, "delivery.replayed"); code != 0 || !strings.Contains(replayed, "reason: resend the unknowns (replay job ") ||
+		!strings.Contains(replayed, "; by tenant:acme;") ||
 		!strings.HasSuffix(replayed, "; from unknown") {
 		t.Fatalf("show of the replayed unknown:\n%s", out)
 	}

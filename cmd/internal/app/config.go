@@ -105,6 +105,10 @@ type Config struct {
 	RelayGather time.Duration
 	// The reconciler role: how often it looks for receipts overdue and unknowns to ask about.
 	ReconcileInterval time.Duration
+	// Replay jobs (the api role): how long a job whose runner stopped waits before another
+	// resumes it, and how many deliveries a runner replays between two records of progress.
+	ReplayJobLease time.Duration
+	ReplayJobPage  int
 
 	// explicit names the flags set on the command line or in the environment, which win over
 	// the configuration file.
@@ -179,6 +183,8 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RelayGather, "relay-gather", postgres.DefaultRelayGather, "how long the relay waits after an append's notification before it reads the outbox, so that close appends travel in one batch (0: at once)")
 	fs.DurationVar(&c.ProjectorGather, "projector-gather", projections.DefaultGather, "shortest time between two reads of the log by a projector that has caught up, so that a busy log's events are applied together (0: read at every append)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", defaultReconcileInterval, "how often the reconciler asks providers about receipts overdue and unknown outcomes")
+	fs.DurationVar(&c.ReplayJobLease, "replay-job-lease", commands.DefaultReplayJobLease, "how long a replay job whose process died waits before another api process (or this one restarted) resumes it; longer than a page of replays takes")
+	fs.IntVar(&c.ReplayJobPage, "replay-job-page", commands.DefaultReplayJobPage, "deliveries a replay job replays between two records of its progress")
 }
 
 // Validate reports every problem of a serve configuration at once.
@@ -213,6 +219,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ReconcileInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--reconcile-interval %s is not positive", c.ReconcileInterval))
+	}
+	if c.ReplayJobLease <= 0 {
+		errs = append(errs, fmt.Errorf("--replay-job-lease %s is not positive", c.ReplayJobLease))
+	}
+	if c.ReplayJobPage < 1 {
+		errs = append(errs, fmt.Errorf("--replay-job-page %d is below 1", c.ReplayJobPage))
 	}
 	if c.RelayGather < 0 {
 		errs = append(errs, fmt.Errorf("--relay-gather %s is negative", c.RelayGather))

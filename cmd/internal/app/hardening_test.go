@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,6 +80,47 @@ func TestSlowBodiesAndIdleConnectionsAreCut(t *testing.T) {
 	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("an idle keep-alive connection was not closed by the server: %v", err)
+	}
+}
+
+// TestAnswersPastTheWriteTimeoutAreCut: the write timeout bounds the time from a request's
+// headers to the end of its answer, so a request that keeps the server busy past it (here a body
+// trickling in slower than the write timeout but within the read timeout) gets its connection
+// closed instead of an answer, and holds no connection longer than that.
+func TestAnswersPastTheWriteTimeoutAreCut(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "api", func(c *Config) {
+		c.HTTPReadTimeout = 10 * time.Second
+		c.HTTPWriteTimeout = 300 * time.Millisecond
+	})
+	answer := func(trickle time.Duration) (*http.Response, error) {
+		conn, err := net.Dial("tcp", b.app.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// An accept the API refuses (the body is not an object): nothing is recorded either way.
+		body := "[0,0,0]"
+		fmt.Fprintf(conn, "POST /v1/deliveries HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acme-key\r\n"+
+			"Idempotency-Key: slow-answer\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+		for i := range len(body) {
+			time.Sleep(trickle)
+			if _, err := conn.Write([]byte{body[i]}); err != nil {
+				break
+			}
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		return http.ReadResponse(bufio.NewReader(conn), nil)
+	}
+	// Within the write timeout the refusal is answered.
+	if resp, err := answer(0); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a prompt request: %v %v, want 400", resp, err)
+	}
+	// 7 bytes 100 ms apart: the answer is due 700 ms after the headers, past the write timeout.
+	if resp, err := answer(100 * time.Millisecond); err == nil {
+		t.Fatalf("an answer due after the write timeout was written: %d", resp.StatusCode)
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the server neither answered nor closed the connection: %v", err)
 	}
 }
 

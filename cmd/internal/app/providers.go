@@ -72,6 +72,9 @@ func (a *App) providerViews(ctx context.Context) ([]httpapi.ProviderView, error)
 	var out []httpapi.ProviderView
 	for _, p := range a.providers {
 		v := httpapi.ProviderView{Name: p.name, Channel: p.channel, Type: p.typ, State: "unknown"}
+		// The counts stay here: every tenant's sends are in them, and the view is shown to every
+		// tenant. Their ratio says how the provider is doing without saying how much anyone sends.
+		var requests, failures int64
 		for _, r := range reports {
 			if r.Provider != p.name {
 				continue
@@ -80,14 +83,14 @@ func (a *App) providerViews(ctx context.Context) ([]httpapi.ProviderView, error)
 				v.State = r.State
 			}
 			v.Instances++
-			v.Requests += r.Requests
-			v.Failures += r.Failures
+			requests += r.Requests
+			failures += r.Failures
 			if at := r.UpdatedAt; v.ReportedAt == nil || at.After(*v.ReportedAt) {
 				v.ReportedAt = &at
 			}
 		}
-		if v.Requests > 0 {
-			v.ErrorRate = math.Round(float64(v.Failures)/float64(v.Requests)*1000) / 1000
+		if requests > 0 {
+			v.ErrorRate = math.Round(float64(failures)/float64(requests)*1000) / 1000
 		}
 		out = append(out, v)
 	}
@@ -108,15 +111,19 @@ func (a *App) receiptHandler(clock commands.Clock, policies commands.Policies) *
 // receiptIntake is what POST /v1/receipts/{provider} needs: the providers that send receipts.
 func (a *App) receiptIntake(clock commands.Clock, policies commands.Policies) *httpapi.Receipts {
 	parsers := map[string]httpapi.ReceiptParser{}
+	byGET := map[string]bool{}
 	for _, p := range a.providers {
 		if p.receipts != nil {
 			parsers[p.name] = p.receipts
+			// Vonage's dashboard lets an account have its receipts sent as a GET query
+			// (vonage.Sender.ParseReceipt reads all three forms); Twilio always POSTs a form.
+			byGET[p.name] = p.typ == TypeVonage
 		}
 	}
 	if len(parsers) == 0 {
 		return nil
 	}
-	return &httpapi.Receipts{Parsers: parsers, Record: a.receiptHandler(clock, policies), PublicURL: a.publicURL,
+	return &httpapi.Receipts{Parsers: parsers, Record: a.receiptHandler(clock, policies), PublicURL: a.publicURL, ByGET: byGET,
 		Observe: func(provider, status string) { a.metrics.Receipt(provider, "receipt", status) }}
 }
 

@@ -101,7 +101,8 @@ func TestReplayJobThroughTheAPI(t *testing.T) {
 		b.waitState(t, id, domain.StateDelivered, 20*time.Second)
 		h := b.history(t, id)
 		replays := eventsOfType(h, domain.EventReplayed)
-		if len(replays) != 1 || !strings.Contains(string(replays[0].Data), `"actor":"replay job `+job.ID+`"`) {
+		if len(replays) != 1 || !strings.Contains(string(replays[0].Data), `"actor":"tenant:acme"`) ||
+			!strings.Contains(string(replays[0].Data), `(replay job `+job.ID+`)`) {
 			t.Fatalf("%s: replays %+v", id, replays)
 		}
 	}
