@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,12 +89,13 @@ func startBrowser(t *testing.T) context.Context {
 	return ctx
 }
 
-// screenshotDir is where the screenshots go: LEDGER_CONSOLE_SCREENSHOTS, else a temporary
-// directory of the test.
+// screenshotDir is where the screenshots go: LEDGER_CONSOLE_SCREENSHOTS, else
+// $TMPDIR/ledger-console-screenshots. It is kept after the test (each run overwrites its files),
+// so that a person can look at the pages after `make test`; the test logs where it is.
 func screenshotDir(t *testing.T) string {
 	dir := os.Getenv("LEDGER_CONSOLE_SCREENSHOTS")
 	if dir == "" {
-		return t.TempDir()
+		dir = filepath.Join(os.TempDir(), "ledger-console-screenshots")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -283,6 +285,7 @@ func (c *consoleTab) signIn(key, shot string) {
 	c.do("enter the key", chromedp.SendKeys(chromedp.CSS("#api-key"), key))
 	if shot != "" {
 		c.screenshot(shot, consoleDesktop)
+		c.checkTabOrder("the login", "api-key", "sign-in")
 	}
 	// Enter in the field signs in, as a keyboard user would.
 	c.do("sign in", chromedp.SendKeys(chromedp.CSS("#api-key"), kb.Enter))
@@ -293,10 +296,12 @@ func (c *consoleTab) signIn(key, shot string) {
 }
 
 // screenshot saves the whole page at a consoleViewport as <name>-<width>.png, after checking that the
-// page's controls are labelled.
+// page's controls are labelled, that its text is readable and that it fits a phone.
 func (c *consoleTab) screenshot(name string, v consoleViewport) {
 	c.t.Helper()
 	c.checkLabels(name)
+	c.checkContrast(name)
+	c.checkFitsPhone(name)
 	c.do("resize to "+v.name, chromedp.EmulateViewport(v.width, v.height))
 	// Let the layout settle at the new width before the capture.
 	c.waitFor("the layout at "+v.name, fmt.Sprintf("document.documentElement.clientWidth === %d", v.width))
@@ -329,6 +334,114 @@ func (c *consoleTab) checkLabels(page string) {
 	}
 }
 
+// contrastCheck lists the page's visible text whose colour is below WCAG AA contrast with the
+// background it is drawn on (4.5:1; 3:1 for large text: 24 px, or 18.66 px bold), computed in the
+// page from the computed styles: the background is the first opaque one of the element and its
+// ancestors, with the translucent ones in between blended over it. Disabled controls are exempt,
+// as WCAG exempts inactive components.
+const contrastCheck = `(() => {
+	const parse = (c) => {
+		const m = /rgba?\(([^)]+)\)/.exec(c || "");
+		if (!m) return null;
+		const p = m[1].split(/[\s,\/]+/).filter(Boolean).map(Number);
+		return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+	};
+	const blend = (top, under) => [0, 1, 2].map(i => top[i] * top[3] + under[i] * (1 - top[3])).concat([1]);
+	const lum = (c) => {
+		const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+		return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+	};
+	const background = (el) => {
+		const layers = [];
+		for (let e = el; e; e = e.parentElement) {
+			const c = parse(getComputedStyle(e).backgroundColor);
+			if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+		}
+		let bg = [255, 255, 255, 1];
+		for (let i = layers.length - 1; i >= 0; i--) bg = blend(layers[i], bg);
+		return bg;
+	};
+	const bad = [];
+	const seen = new Set();
+	const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+	for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+		const el = n.parentElement;
+		if (!n.textContent.trim() || !el || seen.has(el)) continue;
+		seen.add(el);
+		if (el.closest("option, :disabled, [hidden], noscript, title, desc") || el.getClientRects().length === 0) continue;
+		const st = getComputedStyle(el);
+		if (st.visibility !== "visible") continue;
+		const bg = background(el);
+		const raw = parse(el.closest("svg") ? st.fill : st.color);
+		if (!raw) continue;
+		const fg = blend(raw, bg);
+		const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+		const ratio = (hi + 0.05) / (lo + 0.05);
+		const size = parseFloat(st.fontSize), bold = Number(st.fontWeight) >= 700;
+		const need = size >= 24 || (size >= 18.66 && bold) ? 3 : 4.5;
+		if (ratio < need) {
+			bad.push(ratio.toFixed(2) + ":1 (want " + need + ":1) for " + JSON.stringify(n.textContent.trim().slice(0, 40)) +
+				" in <" + el.tagName.toLowerCase() + (el.className && typeof el.className === "string" ? " class=" + el.className : "") +
+				"> " + st.color + " on rgb(" + bg.slice(0, 3).map(Math.round).join(", ") + ")");
+		}
+	}
+	return bad;
+})()`
+
+// checkContrast fails the test for each text of the page below WCAG AA contrast.
+func (c *consoleTab) checkContrast(page string) {
+	c.t.Helper()
+	for _, b := range consoleEval[[]string](c, contrastCheck) {
+		c.t.Errorf("%s: contrast %s", page, b)
+	}
+}
+
+// checkFitsPhone fails the test when the page is wider than a phone's 390 px viewport, which
+// would make a phone user scroll sideways; it names the elements that stick out.
+func (c *consoleTab) checkFitsPhone(page string) {
+	c.t.Helper()
+	c.do("resize to "+consolePhone.name, chromedp.EmulateViewport(consolePhone.width, consolePhone.height))
+	defer c.do("resize back", chromedp.EmulateViewport(consoleDesktop.width, consoleDesktop.height))
+	c.waitFor("the layout at "+consolePhone.name, fmt.Sprintf("document.documentElement.clientWidth === %d", consolePhone.width))
+	// The chart is drawn again 100 ms after a resize: give the page a moment to settle.
+	const fits = `document.documentElement.scrollWidth <= window.innerWidth`
+	deadline := time.Now().Add(3 * time.Second)
+	for !consoleEval[bool](c, fits) {
+		if time.Now().After(deadline) {
+			wide := consoleEval[[]string](c, `[...document.querySelectorAll("body *")]
+				.filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5 && !e.closest(".skip-link"))
+				.slice(0, 5).map(e => e.outerHTML.slice(0, 100))`)
+			c.t.Errorf("%s: %d px wide at a %d px viewport; too wide: %v", page,
+				consoleEval[int](c, "document.documentElement.scrollWidth"), consolePhone.width, wide)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkTabOrder presses Tab from the top of the page (the skip link) and fails the test unless
+// the keyboard reaches each of the controls, given by id, in this order.
+func (c *consoleTab) checkTabOrder(page string, ids ...string) {
+	c.t.Helper()
+	c.do("focus the skip link", chromedp.Evaluate[chromedp.Void](`document.querySelector("#skip-link").focus()`))
+	var reached []string
+	next := 0
+	for range 60 {
+		if next == len(ids) {
+			return
+		}
+		c.do("press Tab", chromedp.KeyEvent(kb.Tab))
+		id := consoleEval[string](c, `document.activeElement ? (document.activeElement.id || document.activeElement.tagName.toLowerCase()) : ""`)
+		reached = append(reached, id)
+		if id == ids[next] {
+			next++
+		}
+	}
+	if next < len(ids) {
+		c.t.Errorf("%s: Tab does not reach #%s after %v (want %v in order); it went through %v", page, ids[next], ids[:next], ids, reached)
+	}
+}
+
 // typeInto replaces the value of a field by typing.
 func (c *consoleTab) typeInto(sel, text string) {
 	c.t.Helper()
@@ -340,6 +453,29 @@ func (c *consoleTab) typeInto(sel, text string) {
 func (c *consoleTab) click(sel string) {
 	c.t.Helper()
 	c.do("click "+sel, chromedp.Click(chromedp.CSS(sel)))
+}
+
+// holdNextEvent holds, in an open transaction, the next version of a delivery's stream, so that
+// whatever appends to it waits until release (or the test's end) rolls the transaction back. The
+// open transaction holds back every projector of the cluster meanwhile: keep it short.
+func holdNextEvent(t *testing.T, b *e2eBundle, id string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.schema.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(release)
+	_, err = tx.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+SELECT delivery_id, tenant, max(version) + 1, 'test.hold', 'test-hold-' || delivery_id, '{}', now()
+FROM events WHERE delivery_id = $1 GROUP BY delivery_id, tenant`, id)
+	if err != nil {
+		release()
+		t.Fatal(err)
+	}
+	return release
 }
 
 // waitListed waits until the view lists id at path (an API list with its filters): the lists
@@ -378,7 +514,11 @@ func TestConsole(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
 	shots := screenshotDir(t)
-	b := setupE2E(t, "", func(c *Config) { c.WebhookTimeout = 300 * time.Millisecond })
+	// Replay jobs in pages of one, so that the bulk replay's progress shows between pages.
+	b := setupE2E(t, "", func(c *Config) {
+		c.WebhookTimeout = 300 * time.Millisecond
+		c.ReplayJobPage = 1
+	})
 	rc := newConsoleReceiver(b.sink)
 	site := consoleURL(t, b)
 	t.Logf("console at %s, screenshots in %s", site, shots)
@@ -454,6 +594,7 @@ func TestConsole(t *testing.T) {
 		}
 		tab.waitFor("the dead letter in the timeline", `document.querySelector('#timeline li[data-type="delivery.dead_lettered"]')?.textContent.includes("410")`)
 		tab.screenshot("console-delivery-dead", consoleDesktop)
+		tab.checkTabOrder("the dead delivery", "replay-reason", "replay-actor", "replay-submit")
 
 		rc.answer("/replay/moved", http.StatusOK)
 		tab.typeInto("#replay-reason", "receiver moved back")
@@ -467,6 +608,10 @@ func TestConsole(t *testing.T) {
 		tab.screenshot("console-delivery-replayed", consoleDesktop)
 		if got := strings.Join(states(b.history(t, id)), ","); got != "accepted,queued,processing,dead,queued,processing,delivered" {
 			t.Fatalf("history states %s", got)
+		}
+		// No actor named: the replay is the key's tenant's.
+		if replays := eventsOfType(b.history(t, id), domain.EventReplayed); len(replays) != 1 || !strings.Contains(string(replays[0].Data), `"actor":"tenant:acme"`) {
+			t.Fatalf("replays %+v, want one by tenant:acme", replays)
 		}
 	})
 
@@ -484,8 +629,10 @@ func TestConsole(t *testing.T) {
 			t.Fatal("an unknown delivery offers a replay")
 		}
 		tab.screenshot("console-delivery-unknown", consoleDesktop)
+		tab.checkTabOrder("the unknown delivery", "outcome-delivered", "reconcile-evidence", "reconcile-actor", "reconcile-submit")
 
 		tab.typeInto("#reconcile-evidence", "receiver log: 200 at 12:00:01 for this webhook-id")
+		tab.typeInto("#reconcile-actor", "ops@acme")
 		tab.click("#outcome-delivered")
 		tab.click("#reconcile-submit")
 		tab.waitFor("the reconciliation in the timeline",
@@ -493,8 +640,8 @@ func TestConsole(t *testing.T) {
 		tab.waitFor("the delivered state", `document.querySelector("#delivery-state")?.dataset.state === "delivered"`)
 		tab.screenshot("console-delivery-reconciled", consoleDesktop)
 		events := eventsOfType(b.history(t, id), domain.EventReconciledDelivered)
-		if len(events) != 1 || !strings.Contains(string(events[0].Data), "receiver log: 200") {
-			t.Fatalf("reconciliations %+v, want one with the evidence", events)
+		if len(events) != 1 || !strings.Contains(string(events[0].Data), "receiver log: 200") || !strings.Contains(string(events[0].Data), `"actor":"ops@acme"`) {
+			t.Fatalf("reconciliations %+v, want one with the evidence, by the actor named", events)
 		}
 	})
 
@@ -529,6 +676,7 @@ func TestConsole(t *testing.T) {
 			t.Fatal("the dead filter lists a delivered delivery")
 		}
 		tab.screenshot("console-deliveries", consoleDesktop)
+		tab.checkTabOrder("the deliveries", "lookup-input", "filters-state", "filters-channel")
 
 		// Pages of one row, newest first: the next page has the older one and no next page.
 		onlyRow := `document.querySelectorAll("#deliveries-table tbody tr[data-id]").length === 1 &&
@@ -596,6 +744,7 @@ func TestConsole(t *testing.T) {
 		tab.waitFor("the lag card", `/\d+ events/.test(document.querySelector("#card-lag .figure")?.textContent)`)
 		tab.screenshot("console-overview", consoleDesktop)
 		tab.screenshot("console-overview", consolePhone)
+		tab.checkTabOrder("the overview", "refresh")
 	})
 
 	// The DLQ's filtered set replayed in bulk: the count first, then the job's progress.
@@ -615,12 +764,14 @@ func TestConsole(t *testing.T) {
 
 		tab := newConsoleTab(t, browser, site, shots)
 		tab.signIn("acme-key", "")
-		tab.open("#/dlq?"+url.Values{"recipient": {recipient}, "state": {"dead"}}.Encode(), "Dead-letter queue")
+		// The failure class is filtered by the server.
+		tab.open("#/dlq?"+url.Values{"recipient": {recipient}, "state": {"dead"}, "failure_class": {"permanent"}}.Encode(), "Dead-letter queue")
 		tab.waitFor("the three dead letters", `document.querySelectorAll("#dlq-table tbody tr[data-id]").length === 3`)
 		if got := consoleEval[[]string](tab, `[...document.querySelectorAll("#dlq-table tbody tr[data-id]")].map(tr => tr.dataset.failureClass)`); strings.Join(got, ",") != "permanent,permanent,permanent" {
 			t.Fatalf("failure classes %v, want permanent", got)
 		}
 		tab.screenshot("console-dlq", consoleDesktop)
+		tab.checkTabOrder("the DLQ", "dlq-filters-state", "dlq-filters-class", "bulk-reason", "bulk-actor", "bulk-review")
 
 		rc.answer(path, http.StatusOK)
 		tab.typeInto("#bulk-reason", "receiver fixed")
@@ -633,18 +784,34 @@ func TestConsole(t *testing.T) {
 				t.Fatalf("delivery %s was replayed %d times before the confirmation", id, n)
 			}
 		}
+		// The job goes through the deliveries in id order, a page of one at a time: holding the
+		// last one's next event version in an open transaction stops the job on it, after two of
+		// three, until the test lets go (the job's append waits on the unique (delivery_id,
+		// version)). The page shows that state.
+		release := holdNextEvent(t, b, slices.Max(ids))
 		tab.click("#bulk-confirm")
 		tab.waitFor("the job's page", `location.hash.startsWith("#/replays/")`)
 		tab.waitHeading("Replay job")
+		tab.waitFor("the job part-way", `document.querySelector("#job-state")?.dataset.state === "running" &&
+			document.querySelector("#job-replayed")?.textContent === "2" &&
+			document.querySelector('label[for="job-progress"]')?.textContent === "2 of 3 handled" &&
+			document.querySelector("#job-progress")?.value === 2 &&
+			document.querySelector("#live")?.textContent.includes("running")`)
+		tab.screenshot("console-replay-job-running", consoleDesktop)
+		release()
 		tab.waitFor("the job done", `document.querySelector("#job-state")?.dataset.state === "done"`)
+		if got := consoleEval[string](tab, `document.querySelector("#job-actor").textContent`); got != "tenant:acme" {
+			t.Errorf("the job's actor is %q, want the key's tenant", got)
+		}
 		if got := consoleEval[string](tab, `["matched", "replayed", "skipped"].map(k => document.querySelector("#job-" + k).textContent).join(",")`); got != "3,3,0" {
 			t.Fatalf("job matched,replayed,skipped = %s, want 3,3,0", got)
 		}
 		tab.screenshot("console-replay-job", consoleDesktop)
 		for _, id := range ids {
 			b.waitState(t, id, domain.StateDelivered, 20*time.Second)
-			if replays := eventsOfType(b.history(t, id), domain.EventReplayed); len(replays) != 1 || !strings.Contains(string(replays[0].Data), "receiver fixed") {
-				t.Fatalf("delivery %s replays %+v, want one with the reason", id, replays)
+			if replays := eventsOfType(b.history(t, id), domain.EventReplayed); len(replays) != 1 || !strings.Contains(string(replays[0].Data), "receiver fixed (replay job ") ||
+				!strings.Contains(string(replays[0].Data), `"actor":"tenant:acme"`) {
+				t.Fatalf("delivery %s replays %+v, want one with the reason and the job, by tenant:acme", id, replays)
 			}
 		}
 	})

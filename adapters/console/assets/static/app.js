@@ -25,15 +25,6 @@
   const FAILURE_CLASSES = ['permanent', 'transient', 'unknown', 'panic'];
   const POLL_MS = 1000;
   const OVERVIEW_REFRESH_MS = 30000;
-  // The per-minute chart reads at most CHART_MAX_PAGES pages of CHART_PAGE_LIMIT deliveries
-  // accepted in the last hour (5,000 deliveries): past that it says it is partial rather than
-  // page through an unbounded list from a browser.
-  const CHART_PAGE_LIMIT = 500;
-  const CHART_MAX_PAGES = 10;
-  // The count shown before a bulk replay reads at most COUNT_MAX_PAGES pages of the DLQ
-  // (10,000 rows); past that it says "at least". The job itself counts exactly ("matched").
-  const COUNT_PAGE_LIMIT = 500;
-  const COUNT_MAX_PAGES = 20;
   const SVG_NS = 'http://www.w3.org/2000/svg';
   const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -128,6 +119,19 @@
       parts.push(el('span', { id: hintID, class: 'hint', text: hint }));
     }
     return el('div', { class: 'field' }, parts);
+  }
+
+  // actorField is the optional "who" of a decision: the API records the key's tenant
+  // ("tenant:acme") when it is left empty.
+  function actorField(id) {
+    const input = el('input', { name: 'actor', maxlength: '500', autocomplete: 'off', placeholder: 'you@example.com' });
+    return { input, field: field(id, 'Actor (optional)', input, 'Who decides, recorded in the history; empty: the tenant of this key.') };
+  }
+
+  // withActor adds the actor to a request body when one is given.
+  function withActor(body, actor) {
+    const a = actor.value.trim();
+    return a ? { ...body, actor: a } : body;
   }
 
   function select(name, options, value) {
@@ -492,37 +496,14 @@
     return tableOf('Deliveries in each state now, per channel', head, rows, { id: 'stats-table', foot });
   }
 
-  // loadChart reads the deliveries accepted in the last hour, a bounded number of pages (see
-  // CHART_MAX_PAGES), and counts per minute the accepts, and the deliveries that became
-  // delivered or dead (by terminal_at). A delivery accepted before the hour that ended within it
-  // is not counted: the list filters on accepted_at.
+  // loadChart reads the per-minute series the server counts from the status view (GET
+  // /v1/stats/minutes): accepts by accepted_at, and the deliveries that became delivered or dead
+  // by when they did, whenever they were accepted, at any rate.
   async function loadChart(signal) {
-    const end = Math.ceil(Date.now() / 60000) * 60000;
-    const start = end - 60 * 60000;
-    const buckets = Array.from({ length: 60 }, (_, i) => ({ at: start + i * 60000, accepted: 0, delivered: 0, dead: 0 }));
-    let cursor = '';
-    let pages = 0;
-    let read = 0;
-    let pending = null;
-    let partial = false;
-    for (;;) {
-      const page = await api('GET', '/v1/deliveries' + query({ since: new Date(start).toISOString(), limit: CHART_PAGE_LIMIT, cursor }), { signal });
-      pages++;
-      if (pending === null && page.view) pending = page.view.pending_events;
-      for (const d of page.items) {
-        read++;
-        const at = Date.parse(d.accepted_at);
-        if (at >= start && at < end) buckets[Math.floor((at - start) / 60000)].accepted++;
-        if ((d.state === 'delivered' || d.state === 'dead') && d.terminal_at) {
-          const t = Date.parse(d.terminal_at);
-          if (t >= start && t < end) buckets[Math.floor((t - start) / 60000)][d.state]++;
-        }
-      }
-      if (!page.next_cursor) break;
-      if (pages >= CHART_MAX_PAGES) { partial = true; break; }
-      cursor = page.next_cursor;
-    }
-    return { start, end, buckets, read, partial, pending };
+    const series = await api('GET', '/v1/stats/minutes', { signal });
+    const buckets = series.minutes.map((m) => ({ at: Date.parse(m.minute), accepted: m.accepted, delivered: m.delivered, dead: m.dead }));
+    const start = buckets.length ? buckets[0].at : Date.now() - 60 * 60000;
+    return { start, buckets, pending: series.view ? series.view.pending_events : null };
   }
 
   const SERIES = [['accepted', 'Accepted'], ['delivered', 'Delivered'], ['dead', 'Dead']];
@@ -563,10 +544,8 @@
       el('th', { scope: 'row', text: new Date(b.at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) }),
       SERIES.map(([k]) => el('td', { class: 'num', text: fmtNumber(b[k]) }))));
     if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: 'Nothing in the last hour.' })));
-    const note = c.partial
-      ? 'Partial: counted from the newest ' + fmtNumber(c.read) + ' deliveries accepted in the last hour (the console reads at most ' +
-        fmtNumber(CHART_MAX_PAGES * CHART_PAGE_LIMIT) + ').'
-      : 'Counted from the ' + fmtNumber(c.read) + ' deliveries accepted in the last hour; delivered and dead by the time they ended.';
+    const note = 'Accepted by the minute each was accepted; delivered and dead by the minute each ended, whenever it was accepted. ' +
+      'The current minute is still counting.';
     return [chart, legend, el('p', { class: 'hint', id: 'chart-note', text: note }),
       el('details', {}, el('summary', { text: 'Show the minutes as a table' }),
         tableOf('Deliveries per minute', [{ label: 'Minute' }, ...SERIES.map(([, l]) => ({ label: l, num: true }))], rows, { id: 'chart-table' }))];
@@ -878,12 +857,14 @@
     // One key per form: a double submit replays once (the API answers the repeat with the first).
     const key = newKey();
     const reason = el('textarea', { name: 'reason', required: true, maxlength: '500' });
+    const actor = actorField('replay-actor');
     const button = el('button', { type: 'submit', class: 'button', id: 'replay-submit', text: 'Replay delivery' });
     const out = el('div', { 'aria-live': 'polite' });
     const form = el('form', { class: 'panel', id: 'replay-form', 'aria-labelledby': 'replay-h' },
       el('h2', { id: 'replay-h', text: 'Replay' }),
       el('p', {}, 'This delivery is dead. A replay starts a new cycle of attempts, numbered on from ' + d.attempts + '; the history is kept.'),
       field('replay-reason', 'Reason', reason, 'Recorded in the history (at most 500 characters).'),
+      actor.field,
       el('div', { class: 'actions-row' }, button), out);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
@@ -891,7 +872,7 @@
       if (!reason.value.trim()) { out.append(problemBox(new Error('Give a reason for the replay.'))); reason.focus(); return; }
       button.disabled = true;
       try {
-        await api('POST', '/v1/deliveries/' + encodeURIComponent(d.id) + '/replay', { body: { reason: reason.value.trim() }, idempotencyKey: key, signal: page.signal });
+        await api('POST', '/v1/deliveries/' + encodeURIComponent(d.id) + '/replay', { body: withActor({ reason: reason.value.trim() }, actor.input), idempotencyKey: key, signal: page.signal });
         form.remove();
         done('Replay accepted: the delivery is queued for attempt ' + (d.attempts + 1) + '.');
       } catch (err) {
@@ -913,6 +894,7 @@
         el('input', { type: 'radio', name: 'outcome', value: v, id: 'outcome-' + v, required: true }),
         el('label', { for: 'outcome-' + v }, el('strong', { text: label }), ' — ', el('span', { class: 'hint', text: hint })))));
     const evidence = el('textarea', { name: 'evidence', required: true, maxlength: '2000' });
+    const actor = actorField('reconcile-actor');
     const button = el('button', { type: 'submit', class: 'button', id: 'reconcile-submit', text: 'Record outcome' });
     const out = el('div', { 'aria-live': 'polite' });
     const form = el('form', { class: 'panel', id: 'reconcile-form', 'aria-labelledby': 'reconcile-h' },
@@ -920,6 +902,7 @@
       el('p', {}, 'The outcome of attempt ' + d.attempts + ' is unknown: the call may or may not have reached the recipient. Record what the evidence shows.'),
       fs,
       field('reconcile-evidence', 'Evidence', evidence, 'A provider receipt, a log line, a ticket (at most 2000 characters).'),
+      actor.field,
       el('div', { class: 'actions-row' }, button), out);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
@@ -930,7 +913,7 @@
       button.disabled = true;
       try {
         await api('POST', '/v1/deliveries/' + encodeURIComponent(d.id) + '/reconcile',
-          { body: { outcome: chosen.value, evidence: evidence.value.trim() }, signal: page.signal });
+          { body: withActor({ outcome: chosen.value, evidence: evidence.value.trim() }, actor.input), signal: page.signal });
         form.remove();
         done('Outcome recorded: ' + chosen.value + '.');
       } catch (err) {
@@ -949,15 +932,15 @@
     const failureClass = params.get('failure_class') || '';
     const classSelect = select('failure_class', [['', 'Any class'], ...FAILURE_CLASSES.map((c) => [c, c])], failureClass);
     const filters = filterForm('dlq-filters', '#/dlq', params, [['', 'Dead and unknown'], ['dead', 'dead'], ['unknown', 'unknown']],
-      [{ name: 'failure_class', field: field('dlq-filters-class', 'Failure class', classSelect, 'Filtered in the browser, page by page'), value: () => classSelect.value }]);
+      [{ name: 'failure_class', field: field('dlq-filters-class', 'Failure class', classSelect), value: () => classSelect.value }]);
     const results = el('section', { id: 'dlq-results', 'aria-live': 'polite', 'aria-busy': 'true' }, el('p', { class: 'muted', text: 'Loading…' }));
     const bulk = bulkReplay(page, params);
     const jobs = el('section', { class: 'panel', id: 'jobs', 'aria-labelledby': 'jobs-h' }, el('h2', { id: 'jobs-h', text: 'Recent replay jobs' }));
     show('Dead-letter queue', filters, results, bulk, jobs);
     (async () => {
       try {
-        const list = await api('GET', '/v1/dlq' + query(listParams(params)), { signal: page.signal });
-        const items = list.items.filter((r) => !failureClass || r.failure_class === failureClass);
+        const list = await api('GET', '/v1/dlq' + query({ ...listParams(params), failure_class: failureClass }), { signal: page.signal });
+        const items = list.items;
         const rows = items.map((r) => el('tr', { 'data-id': r.id, 'data-state': r.state, 'data-failure-class': r.failure_class },
           el('td', {}, deliveryLink(r.id)),
           el('td', {}, badge(r.state), el('div', { class: 'small', text: r.failure_class + (r.exhausted ? ', attempts exhausted' : '') })),
@@ -966,7 +949,7 @@
           el('td', { class: 'wrap wide', text: [r.last_status_code ? 'HTTP ' + r.last_status_code : '', r.last_error, r.provider ? 'via ' + r.provider : ''].filter(Boolean).join(' · ') }),
           el('td', {}, timeEl(r.entered_at)),
           el('td', {}, evidenceDetails(r.evidence))));
-        if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'muted', id: 'no-rows', text: 'No dead letter matches these filters on this page.' })));
+        if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'muted', id: 'no-rows', text: 'No dead letter matches these filters.' })));
         results.replaceChildren(lagNote(list.view) || '',
           tableOf('Dead and unknown deliveries, newest first', ['Delivery', 'State and failure class', 'Recipient',
             { label: 'Attempts this cycle', num: true }, 'Last error', 'In the DLQ since', 'Evidence'], rows, { id: 'dlq-table' }),
@@ -1026,6 +1009,7 @@
     }
     const includeUnknown = el('input', { type: 'checkbox', id: 'bulk-include-unknown', name: 'include_unknown', disabled: state === 'dead' });
     const reason = el('textarea', { name: 'reason', required: true, maxlength: '500' });
+    const actor = actorField('bulk-actor');
     const review = el('button', { type: 'submit', class: 'button', id: 'bulk-review', text: 'Count and review' });
     const out = el('div', { id: 'bulk-out', 'aria-live': 'polite' });
     const filters = jobFilters(params);
@@ -1037,6 +1021,7 @@
         text: 'Also replay the deliveries whose outcome is unknown (their recipient may have them already)' +
           (state === 'dead' ? ' — off: the list is filtered on dead' : '') })),
       field('bulk-reason', 'Reason', reason, 'Recorded in each replayed delivery\'s history (at most 500 characters).'),
+      actor.field,
       el('div', { class: 'actions-row' }, review), out);
     box.append(form);
     form.addEventListener('submit', async (ev) => {
@@ -1047,7 +1032,7 @@
       out.append(el('p', { class: 'muted', text: 'Counting…' }));
       let count;
       try {
-        count = await countDLQ(params, includeUnknown.checked, page.signal);
+        count = await countJob(filters, includeUnknown.checked, page.signal);
       } catch (err) {
         review.disabled = false;
         if (!page.gone) out.replaceChildren(problemBox(err));
@@ -1059,18 +1044,18 @@
         out.replaceChildren(el('p', { id: 'bulk-none', text: 'No delivery matches: nothing to replay.' }));
         return;
       }
-      const body = { reason: reason.value.trim(), include_unknown: includeUnknown.checked, ...filters };
+      const body = withActor({ reason: reason.value.trim(), include_unknown: includeUnknown.checked, ...filters }, actor.input);
       // The key is made once per confirmation, so pressing Replay twice, or again after a network
       // failure, creates one job.
       const key = newKey();
-      const n = (count.bounded ? 'at least ' : '') + fmtNumber(count.n);
+      const n = fmtNumber(count.n);
       const go1 = el('button', { type: 'button', class: 'button button-danger', id: 'bulk-confirm', text: 'Replay ' + n + ' deliveries' });
       const cancel = el('button', { type: 'button', class: 'button button-secondary', id: 'bulk-cancel', text: 'Cancel' });
       const result = el('div', { 'aria-live': 'polite' });
       const confirm = el('div', { class: 'confirm', id: 'bulk-confirm-box', role: 'group', 'aria-labelledby': 'bulk-count' },
         el('p', {}, el('strong', { id: 'bulk-count', 'data-count': count.n, text: 'This will replay ' + n + ' deliveries.' })),
-        el('p', { text: 'Counted from the DLQ view just now' + (count.bounded ? ', up to ' + fmtNumber(COUNT_MAX_PAGES * COUNT_PAGE_LIMIT) + ' rows' : '') +
-          '; the job counts again when it starts and replays what is still dead then.' }),
+        el('p', { text: 'Counted by the server from the DLQ view just now, as the job selects them; ' +
+          'the job selects again when it is created and replays what is still dead then.' }),
         el('div', { class: 'actions-row' }, go1, cancel), result);
       out.replaceChildren(confirm);
       go1.focus();
@@ -1092,22 +1077,11 @@
     return box;
   }
 
-  // countDLQ counts the DLQ rows a job with these filters would match now, reading at most
-  // COUNT_MAX_PAGES pages; bounded says the count stopped there.
-  async function countDLQ(params, includeUnknown, signal) {
-    const f = {};
-    for (const k of ['channel', 'recipient', 'since', 'until']) if (params.get(k)) f[k] = params.get(k);
-    if (!includeUnknown) f.state = 'dead';
-    const failureClass = params.get('failure_class') || '';
-    let n = 0;
-    let cursor = '';
-    for (let pages = 1; ; pages++) {
-      const page = await api('GET', '/v1/dlq' + query({ ...f, limit: COUNT_PAGE_LIMIT, cursor }), { signal });
-      n += page.items.filter((r) => !failureClass || r.failure_class === failureClass).length;
-      if (!page.next_cursor) return { n, bounded: false };
-      if (pages >= COUNT_MAX_PAGES) return { n, bounded: true };
-      cursor = page.next_cursor;
-    }
+  // countJob asks the server how many deliveries a job with these filters would match now (a
+  // dry run of POST /v1/replays: the job's own selection, counted exactly, nothing created).
+  async function countJob(filters, includeUnknown, signal) {
+    const preview = await api('POST', '/v1/replays', { body: { dry_run: true, include_unknown: includeUnknown, ...filters }, signal });
+    return { n: preview.matched };
   }
 
   function replayPage(id) {
@@ -1137,6 +1111,7 @@
           ['Replayed', el('span', { id: 'job-replayed', text: fmtNumber(job.replayed) })],
           ['Skipped', el('span', { id: 'job-skipped', text: fmtNumber(job.skipped) })],
           ['Reason', job.reason],
+          ['Actor', el('span', { id: 'job-actor', text: job.actor || '' })],
           ['Unknown outcomes too', job.include_unknown ? 'yes' : 'no'],
           ['Filters', filters || 'none'],
           ['Created', timeEl(job.created_at)],
