@@ -35,7 +35,7 @@ type Options struct {
 	AuditReads  int
 	Out         string
 	ResultsDir  string
-	// Only lists the phases to run (postgres, rabbitmq, accept, rate, e2e, audit); empty is all.
+	// Only lists the phases to run (see Phases); empty is all.
 	// A partial run leaves out the ratios and targets it has no measurements for.
 	Only []string
 	// Logs receives the ledger's warnings and errors during the run (nil: discarded).
@@ -49,13 +49,16 @@ type Options struct {
 	// and Clients its client counts (empty: 1, 16 and 64).
 	ClientDeliveries int
 	Clients          []int
+	// RolesBacklog is how many deliveries the roles phase holds in the outbox for the relay
+	// alone, and then in the queues (0: 5000).
+	RolesBacklog int
 	// Trace runs the ledger with tracing on, every span sampled and exported over OTLP/HTTP to
 	// a discarding endpoint on loopback, to measure what tracing costs.
 	Trace bool
 }
 
 // Phases are the phases of a run, in order.
-var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "audit"}
+var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit"}
 
 func (o *Options) runs(phase string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
@@ -67,6 +70,7 @@ func (o *Options) ApplyQuick() {
 		o.RateFor = 8 * time.Second
 		o.AuditReads = 1000
 		o.ClientDeliveries = 2000
+		o.RolesBacklog = 2000
 	}
 }
 
@@ -89,7 +93,10 @@ type Report struct {
 	// cpuTimes); BytesPerDelivery what each table keeps per delivery after the sustained run.
 	CPUPerDelivery   map[string]float64 `json:"cpu_ms_per_delivery"`
 	BytesPerDelivery map[string]float64 `json:"bytes_per_delivery"`
-	Targets          []benchTarget      `json:"targets"`
+	// CPUIdle is the CPU milliseconds per second each process of the roles phase spends with
+	// no load: the part of CPUPerDelivery that does not grow with the rate.
+	CPUIdle map[string]float64 `json:"cpu_ms_per_s_idle,omitempty"`
+	Targets []benchTarget      `json:"targets"`
 	// Samples keeps latency distributions (ms) for the chart.
 	Samples map[string][]float64 `json:"-"`
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,9 +313,23 @@ type ledgerProcess struct {
 // setting's environment and nothing else of ours (no LEDGER_, OTEL_, GOGC or GOMEMLIMIT of this
 // process), and waits until it answers /readyz.
 func startLedgerProcess(ctx context.Context, base app.Config, opts Options, env *benchEnv, s Setting) (*ledgerProcess, error) {
+	return startRoleProcess(ctx, base, opts, env, s, "", env.url)
+}
+
+// startRoleProcess is startLedgerProcess for a process of the given roles (empty: the
+// default, every role) on the database URL dbURL. A process without the api role has no
+// /readyz: it is ready when it serves /metrics, which it opens once it runs.
+func startRoleProcess(ctx context.Context, base app.Config, opts Options, env *benchEnv, s Setting, roles, dbURL string) (*ledgerProcess, error) {
 	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
+	}
+	metricsAddr, ready := app.MetricsOff, "http://"+addr+"/readyz"
+	if roles != "" && !slices.Contains(strings.Split(roles, ","), "api") {
+		if metricsAddr, err = freeLoopbackAddr(); err != nil {
+			return nil, err
+		}
+		ready = "http://" + metricsAddr + "/metrics"
 	}
 	p := &ledgerProcess{base: "http://" + addr, cfg: base, done: make(chan error, 1)}
 	p.cfg.DatabaseURL, p.cfg.AMQPPrefix = env.url, env.prefix
@@ -327,17 +342,20 @@ func startLedgerProcess(ctx context.Context, base app.Config, opts Options, env 
 	}
 	p.cmd.Env = append(p.cmd.Env, opts.LedgerEnv...)
 	p.cmd.Env = append(p.cmd.Env,
-		"LEDGER_DATABASE_URL="+env.url,
+		"LEDGER_DATABASE_URL="+dbURL,
 		"LEDGER_AMQP_URL="+base.AMQPURL,
 		"LEDGER_AMQP_PREFIX="+env.prefix,
 		"LEDGER_AMQP_QUEUE_TYPE="+base.AMQPQueueType,
 		"LEDGER_HTTP_ADDR="+addr,
-		"LEDGER_METRICS_ADDR="+app.MetricsOff,
+		"LEDGER_METRICS_ADDR="+metricsAddr,
 		"LEDGER_API_KEYS=bench:bench-key",
 		// The sink is on loopback, which the SSRF guard refuses unless told.
 		"LEDGER_WEBHOOK_ALLOW_CIDRS=127.0.0.0/8",
 		"LEDGER_LOG_LEVEL=warn",
 	)
+	if roles != "" {
+		p.cmd.Env = append(p.cmd.Env, "LEDGER_ROLES="+roles)
+	}
 	p.cmd.Env = append(p.cmd.Env, s.Env...)
 	output, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -351,7 +369,7 @@ func startLedgerProcess(ctx context.Context, base app.Config, opts Options, env 
 	go func() { p.done <- p.cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(p.base + "/readyz")
+		resp, err := http.Get(ready)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -415,8 +433,14 @@ func (p *ledgerProcess) peakRSSMB() float64 {
 	return 0
 }
 
-// stop ends the process (SIGTERM, then SIGKILL after 30 s) and deletes its queues.
+// stop ends the process and deletes its queues.
 func (p *ledgerProcess) stop(base app.Config, prefix string) {
+	p.end()
+	deleteQueues(base, p.cfg)
+}
+
+// end ends the process (SIGTERM, then SIGKILL after 30 s) and leaves its queues.
+func (p *ledgerProcess) end() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM) // fails harmlessly if it has ended
 	select {
 	case err := <-p.done:
@@ -425,7 +449,11 @@ func (p *ledgerProcess) stop(base app.Config, prefix string) {
 		_ = p.cmd.Process.Kill()
 		p.done <- <-p.done
 	}
-	topo, err := app.TopologyOf(p.cfg)
+}
+
+// deleteQueues deletes the queues of the ledger cfg configures.
+func deleteQueues(base, cfg app.Config) {
+	topo, err := app.TopologyOf(cfg)
 	if err != nil {
 		return
 	}

@@ -69,3 +69,62 @@ func TestBenchClientsPhase(t *testing.T) {
 		t.Errorf("the table lacks the clients phase:\n%s", table.String())
 	}
 }
+
+// TestBenchRolesPhase runs the roles phase at a small scale: each role in a process of its
+// own, every delivery reaches the sink, and the phase reports the CPU of each role, of
+// PostgreSQL's backends, the bytes of the tables and the queues, and the relay alone.
+func TestBenchRolesPhase(t *testing.T) {
+	t.Parallel()
+	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
+	base := app.DefaultConfig()
+	base.DatabaseURL = pgtest.URL()
+	base.AMQPURL = amqptest.URL()
+	opts := Options{Only: []string{"roles"}, ClientDeliveries: 100, Rate: 50, RateFor: time.Second, RolesBacklog: 100,
+		Ledger: []string{os.Args[0]}, LedgerEnv: []string{serveEnv + "=1"}, ResultsDir: t.TempDir()}
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), base, opts, &out)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	if rep.Void {
+		t.Fatalf("run is void: %s", rep.VoidReason)
+	}
+	for load, want := range map[string]int{"at50": 50, "max": 100} {
+		k := "roles_" + load
+		if got := rep.Counts[k+"_delivered"]; got != want || rep.Counts[k+"_accepted"] != want {
+			t.Errorf("%s: %d accepted, %d delivered, want %d of each", k, rep.Counts[k+"_accepted"], got, want)
+		}
+		// A process may spend less than a clock tick (10 ms) in so short a run: each figure must
+		// be there, and the role processes together and the load generator must have spent some.
+		for _, c := range append([]string{"postgres_backends", "postgres_machine", "rabbitmq_machine"}, roleNames...) {
+			if _, ok := rep.CPUPerDelivery[k+"_"+c]; !ok {
+				t.Errorf("%s: no CPU figure for %s", k, c)
+			}
+		}
+		if rep.CPUPerDelivery[k+"_ledger"] <= 0 || rep.CPUPerDelivery[k+"_load"] <= 0 {
+			t.Errorf("%s: ledger CPU %v, load generator %v: want both measured", k, rep.CPUPerDelivery[k+"_ledger"], rep.CPUPerDelivery[k+"_load"])
+		}
+		// Every role process connects to the database: one backend each at least.
+		if b := rep.Counts[k+"_postgres_backends"]; b < len(roleNames) {
+			t.Errorf("%s: %d PostgreSQL backends of the role processes found, want %d at least", k, b, len(roleNames))
+		}
+	}
+	for _, table := range []string{"roles_events", "roles_accept_requests", "roles_status_view", "roles_queue_body"} {
+		if rep.BytesPerDelivery[table] <= 0 {
+			t.Errorf("no bytes per delivery for %s in %v", table, rep.BytesPerDelivery)
+		}
+	}
+	if _, ok := rep.CPUIdle["roles_relay"]; !ok || rep.CPUIdle["roles_ledger"] <= 0 {
+		t.Errorf("idle CPU %v: want every process's, the ledger's above 0", rep.CPUIdle)
+	}
+	var table bytes.Buffer
+	PrintTable(rep, &table)
+	if !strings.Contains(table.String(), "roles phase") || !strings.Contains(table.String(), "relay alone") {
+		t.Errorf("the table lacks the roles phase:\n%s", table.String())
+	}
+	if rep.Counts["roles_relay_queued"] != 100 || rep.Throughput["roles_relay_alone"] <= 0 || rep.Counts["roles_queue_messages"] < 100 {
+		t.Errorf("relay alone: %d of 100 queued at %v/s, %d messages held: want all, a rate and the backlog held",
+			rep.Counts["roles_relay_queued"], rep.Throughput["roles_relay_alone"], rep.Counts["roles_queue_messages"])
+	}
+}

@@ -69,6 +69,7 @@ func PrintTable(rep *Report, w io.Writer) {
 			}
 		}
 	}
+	printRoles(rep, tw)
 	fmt.Fprintf(tw, "\ntarget\twant\tgot\tmet\n")
 	for _, t := range rep.Targets {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%v\n", t.Name, t.Want, t.Got, t.Passed)

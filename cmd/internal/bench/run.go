@@ -122,6 +122,11 @@ func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Re
 			return nil, err
 		}
 	}
+	if opts.runs("roles") {
+		if err := benchRoles(ctx, base, opts, rep, out); err != nil {
+			return nil, err
+		}
+	}
 	if opts.runs("audit") {
 		if err := benchAuditPhase(ctx, base, opts, rep, track, out); err != nil {
 			return nil, err
