@@ -32,6 +32,8 @@ type chaos struct {
 	procs []*process
 	rng   *rand.Rand
 	say   func(string, ...any)
+	// handovers, with --twice, measures what each kill of a relay or a projector hands over.
+	handovers *handoverWatch
 
 	mu        sync.Mutex
 	incidents []incident
@@ -78,8 +80,16 @@ func (c *chaos) killLoop(ctx context.Context, every time.Duration) {
 		p := up[c.rng.IntN(len(up))]
 		pause := minRestartPause + time.Duration(c.rng.Int64N(int64(maxRestartPause-minRestartPause)))
 		c.mu.Unlock()
+		held := false
+		if c.handovers != nil {
+			held = c.handovers.before(ctx, p.name)
+		}
 		if p.kill(pause) {
-			c.record(incident{At: time.Now(), Kind: "kill", Target: p.name, Detail: "restart after " + pause.Round(time.Millisecond).String()})
+			at := time.Now()
+			c.record(incident{At: at, Kind: "kill", Target: p.name, Detail: "restart after " + pause.Round(time.Millisecond).String()})
+			if c.handovers != nil {
+				go c.handovers.killed(context.WithoutCancel(ctx), p.name, at, held)
+			}
 		}
 	}
 }
@@ -184,13 +194,13 @@ func (c *chaos) killTwilio(ctx context.Context, fakes *smsFakes) {
 }
 
 // terminateConnections ends every database connection of the ledger processes (they connect
-// with application_name ledger-soak; the checker's own are left alone).
+// with application_name ledger-soak/<process>; the checker's own are left alone).
 func (c *chaos) terminateConnections(ctx context.Context, pool *pgxpool.Pool) {
 	var n int
 	err := pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
 		FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid()`,
+		WHERE datname = current_database() AND application_name LIKE $1 || '/%' AND pid <> pg_backend_pid()`,
 		ledgerApplication).Scan(&n)
 	if err != nil {
 		c.fail("terminate the ledger's database connections: %v", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,9 +18,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
-	"github.com/deliveryledger/ledger/adapters/sms"
-	"github.com/deliveryledger/ledger/adapters/webhook"
-	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/cmd/internal/app"
 )
 
 // Settings the soak gives every ledger process. The retry policy is short so that retries happen
@@ -52,27 +51,50 @@ type environment struct {
 	checkerURL string
 	amqpURL    string
 	queueType  string
-	pool       *pgxpool.Pool
+	// extra are the --set settings of the ledger processes.
+	extra []string
+	pool  *pgxpool.Pool
 	// declared is set once ledger processes have started (and declared the queues).
 	declared bool
 }
 
-// topology is the queue topology the ledger processes declare under the soak's prefix.
-func (e *environment) topology() amqp.Topology {
-	return amqp.Topology{
-		Prefix:       e.prefix,
-		QueueType:    e.queueType,
-		Channels:     []string{webhook.Name, sms.Name},
-		Tiers:        domain.RetryPolicy{Base: retryBase, Cap: retryCap}.Tiers(),
-		ChannelTiers: map[string][]time.Duration{sms.Name: smsTiers()},
+// topology is the queue topology the ledger processes declare under the soak's prefix: the
+// ledger's own (app.TopologyOf), planned from the settings the processes start with, so that
+// the soak deletes (and the cluster chaos finds) exactly the queues the ledger declared.
+func (e *environment) topology() (amqp.Topology, error) {
+	var cfg app.Config
+	fs := flag.NewFlagSet("soak topology", flag.ContinueOnError)
+	cfg.ServeFlags(fs)
+	for _, kv := range ledgerEnv(e, "topology", "127.0.0.1:0", options{LogLevel: "warn", Extra: e.extra}) {
+		name, value, _ := strings.Cut(kv, "=")
+		setting, ok := strings.CutPrefix(name, "LEDGER_")
+		if !ok {
+			// The configuration file names the SMS fakes' secrets: the soak's own, which the
+			// ledger reads from its environment, and so does app.TopologyOf in this process.
+			if name == twilioTokenVar || name == vonageSecretVar || name == vonageCallbackVar {
+				_ = os.Setenv(name, value)
+			}
+			continue
+		}
+		if f := fs.Lookup(strings.ReplaceAll(strings.ToLower(setting), "_", "-")); f != nil {
+			if err := fs.Set(f.Name, value); err != nil {
+				return amqp.Topology{}, fmt.Errorf("the ledger's topology: %s: %w", name, err)
+			}
+		}
 	}
+	cfg.Explicit(fs)
+	topo, err := app.TopologyOf(cfg)
+	if err != nil {
+		return topo, fmt.Errorf("the ledger's topology: %w", err)
+	}
+	return topo, nil
 }
 
 // setUp creates the database if missing, a fresh schema migrated by `ledger migrate`, a unique
 // queue prefix and a log directory.
 func setUp(ctx context.Context, o options) (*environment, error) {
 	suffix := randomHex(4)
-	e := &environment{schema: "soak_" + suffix, prefix: "soak-" + suffix, amqpURL: o.AMQPURL, queueType: amqp.QueueClassic}
+	e := &environment{schema: "soak_" + suffix, prefix: "soak-" + suffix, amqpURL: o.AMQPURL, queueType: amqp.QueueClassic, extra: o.Extra}
 	if o.Cluster != "" {
 		e.queueType = amqp.QueueQuorum
 	}
@@ -130,10 +152,13 @@ func (e *environment) tearDown(keep bool, say func(string, ...any)) {
 		e.pool.Close()
 	}
 	if e.declared {
-		if conn, err := amqp.Dial(e.amqpURL); err != nil {
+		topo, err := e.topology()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete queues %s.*: %w", e.prefix, err))
+		} else if conn, err := amqp.Dial(e.amqpURL); err != nil {
 			errs = append(errs, fmt.Errorf("delete queues %s.*: %w", e.prefix, err))
 		} else {
-			if err := e.topology().Delete(conn); err != nil {
+			if err := topo.Delete(conn); err != nil {
 				errs = append(errs, fmt.Errorf("delete queues %s.*: %w", e.prefix, err))
 			}
 			conn.Close()
@@ -192,14 +217,28 @@ func withParams(rawURL, schema, application string) (string, error) {
 	return u.String(), nil
 }
 
+// urlFor is the ledger processes' database URL with process name's application_name.
+func (e *environment) urlFor(name string) string {
+	u, err := url.Parse(e.ledgerURL)
+	if err != nil {
+		return e.ledgerURL // setUp parsed it already
+	}
+	q := u.Query()
+	q.Set("application_name", ledgerApplication+"/"+name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// ledgerEnv is the environment of every ledger process of the soak.
-func ledgerEnv(e *environment, httpAddr string, o options) []string {
+// ledgerEnv is the environment of the soak's ledger process name. Each connects to the
+// database under an application_name of its own, ledger-soak/<name>: the chaos terminates
+// them all, and the handover measurement tells whose backends are left.
+func ledgerEnv(e *environment, name, httpAddr string, o options) []string {
 	var base []string
 	for _, kv := range os.Environ() {
 		// The soak sets every LEDGER_ variable it means; none may leak in from the caller.
@@ -208,7 +247,7 @@ func ledgerEnv(e *environment, httpAddr string, o options) []string {
 		}
 	}
 	env := append(base,
-		"LEDGER_DATABASE_URL="+e.ledgerURL,
+		"LEDGER_DATABASE_URL="+e.urlFor(name),
 		"LEDGER_AMQP_URL="+e.amqpURL,
 		"LEDGER_AMQP_QUEUE_TYPE="+e.queueType,
 		"LEDGER_AMQP_PREFIX="+e.prefix,

@@ -13,86 +13,170 @@ import (
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// With --twice every role runs in two processes; the relays take turns on each outbox shard's
-// offset and the projectors on each view's checkpoint, so when one is killed the other goes on.
-// The soak measures how long that takes:
+// With --twice every role runs in two processes; the relays take turns on the outbox offset's
+// row and the projectors on each view's checkpoint row (each locks the row, FOR UPDATE, for the
+// length of a batch), so when one is killed the other goes on. The soak measures how long that
+// takes, for each SIGKILL of a relay or a projector, from PostgreSQL itself (every ledger process
+// connects under an application_name of its own, ledger-soak/<process>):
 //
-//   - relay: for each kill of a relay, the longest accepted → queued time of the deliveries
-//     accepted in the second after it (their messages must wait for the other relay);
-//   - projector: for each kill of a projector while the status view had events to apply, the
-//     time until its checkpoint moved again (sampled every checkpointSample).
+//   - released: from the SIGKILL until no backend of the killed process is left. PostgreSQL
+//     ends a backend whose client has gone, rolling back its transaction: from then the row it
+//     held, if it held it, is the other process's to take;
+//   - advanced: from the SIGKILL until the row (the status view's checkpoint; the relay's
+//     offset) next moves after that, which only the other process can have done. A kill that
+//     found nothing to apply (no event past the checkpoint, no outbox row past the offset) has
+//     nothing to hand over and is counted apart;
+//   - held: whether the other process was waiting for the killed one's lock just before the
+//     kill (the killed one had the turn), read from pg_locks.
+//
+// relayHandovers, below, adds what a delivery sees: the longest accepted → queued time of the
+// deliveries accepted in the second after a relay kill.
 
 const (
-	checkpointSample = 50 * time.Millisecond
-	relayWindow      = time.Second
+	handoverSample = 5 * time.Millisecond
+	handoverMax    = 15 * time.Second
+	relayWindow    = time.Second
 )
 
-// checkpointSampler records the status view's checkpoint and the log's head over time.
-type checkpointSampler struct {
-	mu      sync.Mutex
-	samples []cpSample
+// handoverWatch measures the handovers of a --twice run.
+type handoverWatch struct {
+	pool *pgxpool.Pool
+
+	mu        sync.Mutex
+	measured  map[string][]handover // by role: relay, projector
+	idle      map[string]int        // kills with nothing to hand over
+	unmatched map[string]int        // kills after which the row did not move within handoverMax
 }
 
-type cpSample struct {
-	at         time.Time
-	checkpoint int64
-	head       int64
+// handover is one measured handover.
+type handover struct {
+	released, advanced time.Duration
+	held               bool
 }
 
-func (s *checkpointSampler) run(ctx context.Context, pool *pgxpool.Pool) {
-	t := time.NewTicker(checkpointSample)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+func newHandoverWatch(pool *pgxpool.Pool) *handoverWatch {
+	return &handoverWatch{pool: pool, measured: map[string][]handover{}, idle: map[string]int{}, unmatched: map[string]int{}}
+}
+
+// handoverRole is the role whose handover a kill of process name starts, or "".
+func handoverRole(name string) string {
+	for _, role := range []string{"relay", "projector"} {
+		if name == role || name == role+"-2" {
+			return role
+		}
+	}
+	return ""
+}
+
+// other is the process of the same role as name.
+func other(name string) string {
+	if base, ok := strings.CutSuffix(name, "-2"); ok {
+		return base
+	}
+	return name + "-2"
+}
+
+// handoverRow reads, for role, the row the two processes take turns on (its position) and
+// whether there is work past it.
+func handoverRow(role string) string {
+	if role == "projector" {
+		return `SELECT position::text, (SELECT coalesce(max(position), 0) FROM events) > position
+			FROM projection_checkpoints WHERE name = 'status'`
+	}
+	// One outbox shard (postgres.OutboxShards): rows past the offset, below the snapshot's
+	// xmin (what the relay may read), are work to do.
+	return `SELECT p.last_processed_transaction_id::text || '/' || coalesce(p.offset_acked, 0),
+			EXISTS (SELECT 1 FROM watermill_ledger_outbox o
+				WHERE (o.transaction_id, o."offset") > (p.last_processed_transaction_id, coalesce(p.offset_acked, 0))
+				AND o.transaction_id < pg_snapshot_xmin(pg_current_snapshot()))
+		FROM watermill_offsets_ledger_outbox p WHERE p.consumer_group = 'relay'`
+}
+
+// waiting reports whether process name has a backend waiting for a lock.
+func (w *handoverWatch) waiting(ctx context.Context, name string) bool {
+	var n int
+	err := w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE NOT l.granted AND a.application_name = $1`, ledgerApplication+"/"+name).Scan(&n)
+	return err == nil && n > 0
+}
+
+// before is called just before process name is killed: it reads whether the other process
+// waits for the killed one's lock.
+func (w *handoverWatch) before(ctx context.Context, name string) bool {
+	if handoverRole(name) == "" {
+		return false
+	}
+	return w.waiting(ctx, other(name))
+}
+
+// killed measures the handover after process name was killed at at (run it in a goroutine).
+func (w *handoverWatch) killed(ctx context.Context, name string, at time.Time, held bool) {
+	role := handoverRole(name)
+	if role == "" {
+		return
+	}
+	app := ledgerApplication + "/" + name
+	var h handover
+	h.held = held
+	var from string
+	var pending bool
+	for deadline := at.Add(handoverMax); ; {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			w.count(w.unmatched, role)
 			return
-		case <-t.C:
 		}
-		var c, h int64
-		err := pool.QueryRow(ctx, `SELECT (SELECT position FROM projection_checkpoints WHERE name = 'status'),
-			(SELECT coalesce(max(position), 0) FROM events)`).Scan(&c, &h)
-		if err != nil {
-			continue // the database is being disturbed: a gap in the samples
-		}
-		s.mu.Lock()
-		s.samples = append(s.samples, cpSample{at: time.Now(), checkpoint: c, head: h})
-		s.mu.Unlock()
-	}
-}
-
-func (s *checkpointSampler) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.samples)
-}
-
-// projectorHandovers returns, for each projector kill that found events to apply, how long the
-// checkpoint stood still after it.
-func (s *checkpointSampler) projectorHandovers(incidents []incident) []time.Duration {
-	s.mu.Lock()
-	samples := slices.Clone(s.samples)
-	s.mu.Unlock()
-	var out []time.Duration
-	for _, in := range incidents {
-		if in.Kind != "kill" || !strings.HasPrefix(in.Target, "projector") {
-			continue
-		}
-		i, _ := slices.BinarySearchFunc(samples, in.At, func(x cpSample, t time.Time) int { return x.at.Compare(t) })
-		if i == 0 || i >= len(samples) {
-			continue
-		}
-		before := samples[i-1]
-		if before.head <= before.checkpoint {
-			continue // nothing to apply: no handover to wait for
-		}
-		for _, x := range samples[i:] {
-			if x.checkpoint > before.checkpoint {
-				out = append(out, x.at.Sub(in.At))
-				break
+		time.Sleep(handoverSample)
+		if h.released == 0 {
+			var left int
+			if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&left); err != nil || left > 0 {
+				continue
 			}
+			h.released = time.Since(at)
+			// Nothing the killed process committed can come after this: the row's position
+			// now is the one the other process moves on from.
+			if err := w.pool.QueryRow(ctx, handoverRow(role)).Scan(&from, &pending); err != nil {
+				h.released = 0 // the database is being disturbed: try again
+				continue
+			}
+			if !pending {
+				w.count(w.idle, role)
+				return
+			}
+			continue
+		}
+		var now string
+		if err := w.pool.QueryRow(ctx, handoverRow(role)).Scan(&now, new(bool)); err != nil {
+			continue
+		}
+		if now != from {
+			h.advanced = time.Since(at)
+			w.mu.Lock()
+			w.measured[role] = append(w.measured[role], h)
+			w.mu.Unlock()
+			return
 		}
 	}
-	return out
+}
+
+func (w *handoverWatch) count(m map[string]int, role string) {
+	w.mu.Lock()
+	m[role]++
+	w.mu.Unlock()
+}
+
+// describe renders the handovers of role.
+func (w *handoverWatch) describe(role string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var released, advanced, heldAdvanced []time.Duration
+	for _, h := range w.measured[role] {
+		released, advanced = append(released, h.released), append(advanced, h.advanced)
+		if h.held {
+			heldAdvanced = append(heldAdvanced, h.advanced)
+		}
+	}
+	return fmt.Sprintf("backends gone %s; row moved by the other %s (of which the killed one had the turn: %s); nothing to hand over %d, row still after %s %d",
+		describeDurations(released), describeDurations(advanced), describeDurations(heldAdvanced), w.idle[role], handoverMax, w.unmatched[role])
 }
 
 // relayHandovers returns, for each relay kill, the longest accepted → queued time of the

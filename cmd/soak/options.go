@@ -59,6 +59,9 @@ type options struct {
 	// Twice runs two processes of every role (api, relay, worker, reconciler, projector) and
 	// measures the relay's and the projector's handover when one of the two is killed.
 	Twice bool
+	// RestartBroker restarts the RabbitMQ node halfway (rabbitmqctl stop_app, start_app); off,
+	// the soak leaves a broker that others share alone.
+	RestartBroker bool
 }
 
 func parseOptions(args []string) (options, error) {
@@ -80,6 +83,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.ClusterDown, "cluster-down", 10*time.Second, "with --cluster, how long the killed node stays down")
 	fs.StringVar(&o.PGFailover, "pg-failover", "", "path of scripts/pg-failover.sh: run on its primary and standby (--database-url their multi-host URL) and, two fifths in, kill the primary and promote the standby")
 	fs.BoolVar(&o.Twice, "twice", false, "run two processes of every role (the second API takes the DLQ replays) and measure how long the relays and projectors take to hand over when one is killed")
+	fs.BoolVar(&o.RestartBroker, "restart-broker", true, "restart the RabbitMQ node halfway (false: leave a broker that other work shares alone; --cluster kills a cluster node instead)")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "log level of the ledger processes (debug shows every worker decision)")
 	fs.Func("set", "an extra `LEDGER_NAME=value` setting for the ledger processes (repeatable)", func(s string) error {
 		if !strings.HasPrefix(s, "LEDGER_") || !strings.Contains(s, "=") {

@@ -51,9 +51,9 @@ type runner struct {
 	sink     *sink
 	api      string
 	// api2 is the second API process's address (--twice), which the DLQ replays go to.
-	api2    string
-	procs   []*process
-	sampler *checkpointSampler
+	api2      string
+	procs     []*process
+	handovers *handoverWatch
 	// fakes are the SMS providers; not in procs, so the kill loop leaves them alone.
 	fakes    *smsFakes
 	producer *producer
@@ -127,7 +127,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	if err := writeConfig(r.env.config, addr, r.fakes); err != nil {
 		return nil, fmt.Errorf("write the configuration file: %w", err)
 	}
-	described, err := checkConfig(ctx, r.o.Ledger, r.env.config, ledgerEnv(r.env, addr, r.o))
+	described, err := checkConfig(ctx, r.o.Ledger, r.env.config, ledgerEnv(r.env, "config-check", addr, r.o))
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 			}
 			listen, r.api2 = a2, "http://"+a2
 		}
-		r.procs = append(r.procs, newProcess(r.o.Ledger, r.env.dir, nr[0], []string{"serve", "--roles", nr[1]}, ledgerEnv(r.env, listen, r.o)))
+		r.procs = append(r.procs, newProcess(r.o.Ledger, r.env.dir, nr[0], []string{"serve", "--roles", nr[1]}, ledgerEnv(r.env, nr[0], listen, r.o)))
 	}
 	r.env.declared = true // the processes declare the topology; tearDown deletes it
 	for _, p := range r.procs {
@@ -190,17 +190,15 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	}
 	r.producer = newProducer(r.api, r.sink.URL(), smsPlan{r.o.SMSShare}, r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
 	r.chaos = newChaos(r.procs, r.seed, r.say)
+	if r.o.Twice {
+		r.handovers = newHandoverWatch(r.env.pool)
+		r.chaos.handovers = r.handovers
+	}
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
 		r.producer.produce(ctx)
 	}()
-	if r.o.Twice {
-		r.sampler = &checkpointSampler{}
-		sctx, stopSampling := context.WithCancel(ctx)
-		defer stopSampling()
-		go r.sampler.run(sctx, r.env.pool)
-	}
 	r.runChaos(ctx, produced)
 	<-produced
 	r.waitSettled(ctx)
@@ -251,7 +249,16 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 				defer wg.Done()
 				defer close(rabbitDone)
 				if r.o.Cluster != "" {
-					r.chaos.killLeader(ctx, r.o.Cluster, r.env.topology().Work(webhook.Name, domain.PriorityNormal), r.o.ClusterDown)
+					topo, err := r.env.topology()
+					if err != nil {
+						r.chaos.fail("cluster: %v", err)
+						return
+					}
+					r.chaos.killLeader(ctx, r.o.Cluster, topo.Work(webhook.Name, domain.PriorityNormal), r.o.ClusterDown)
+					return
+				}
+				if !r.o.RestartBroker {
+					r.say("chaos: RabbitMQ is not restarted (--restart-broker=false)")
 					return
 				}
 				r.chaos.restartRabbitMQ(ctx, r.env.amqpURL)
@@ -413,7 +420,7 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	want := foldAll(streams)
 	checkAPIStatus(ctx, v, r.api, want)
 	if r.features.projector {
-		checkStatusView(ctx, v, r.env.pool, want, r.features, r.o.Ledger, ledgerEnv(r.env, "127.0.0.1:0", r.o), r.say)
+		checkStatusView(ctx, v, r.env.pool, want, r.features, r.o.Ledger, ledgerEnv(r.env, "status-check", "127.0.0.1:0", r.o), r.say)
 	}
 	r.stop(append(api, projector...))
 	if err := r.sink.save(filepath.Join(r.env.dir, "sink.csv")); err != nil {
@@ -442,9 +449,10 @@ func (r *runner) report(v *verdict, ev evidence) {
 		relays, median := relayHandovers(ev.incidents, ev.streams)
 		r.say("handover, relay (two running): worst accepted → queued in the %s after each relay kill: %s (median over the run %s)",
 			relayWindow, describeDurations(relays), median.Round(time.Millisecond))
-		if r.sampler != nil {
-			r.say("handover, projector (two running): status checkpoint still after each projector kill with events to apply: %s (%d samples)",
-				describeDurations(r.sampler.projectorHandovers(ev.incidents)), r.sampler.count())
+		if r.handovers != nil {
+			for _, role := range []string{"relay", "projector"} {
+				r.say("handover, %s (two running), from each SIGKILL: %s", role, r.handovers.describe(role))
+			}
 		}
 	}
 	r.say("producer: accepted=%d retries=%d replayed=%d (answers repeated for a key already accepted)",

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/sms"
-	"github.com/deliveryledger/ledger/domain"
 )
 
 // Settings of the SMS share. The credentials are the fakes' (nobody's account). A provider's
@@ -115,9 +114,6 @@ func smsText(key string) string { return "soak " + key }
 
 // keyOfText is the Idempotency-Key an SMS text names.
 func keyOfText(text string) (string, bool) { return strings.CutPrefix(text, "soak ") }
-
-// smsTiers are the delay tiers of the sms channel, whose retry schedule is its own.
-func smsTiers() []time.Duration { return domain.RetryPolicy{Schedule: smsSchedule}.Tiers() }
 
 // smsFakes are the SMS providers of the run, one `ledger sink` process each so that killing one
 // is a real SIGKILL: a Twilio fake, first in the failover order, and a Vonage fake.
