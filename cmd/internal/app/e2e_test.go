@@ -366,6 +366,7 @@ func states(events []historyEvent) []string {
 func TestEndToEndAcceptToDelivered(t *testing.T) {
 	t.Parallel()
 	b := setupE2E(t, "")
+	assertQueueType(t, b)
 	start := time.Now()
 	a := b.notify(t, "e2e-1", b.sink.URL+"/hook")
 	id := a.Deliveries[0].ID
