@@ -151,7 +151,21 @@ type AttemptHandler struct {
 	logger   *slog.Logger
 	// storeRetry is the first pause when the ledger cannot be written; it doubles up to 2 s.
 	storeRetry time.Duration
+	// storeWait bounds how long a handler waits for the ledger to take a write before it gives
+	// its message back (see giveBackAfter).
+	storeWait time.Duration
 }
+
+// giveBackAfter is how long a handler keeps its message while the ledger cannot be written
+// before it gives the message back to the broker. A message given back counts against the
+// quorum work queue's delivery limit (LEDGER_AMQP_DELIVERY_LIMIT, 20): with a budget of a few
+// tries (under a second), a database outage of a quarter of a minute pushed healthy messages into
+// the dead queue. Waiting instead, each handler holding its message, also stops the worker
+// taking more (the prefetch is the handlers' count) until the database answers. Two minutes is
+// far below RabbitMQ's consumer_timeout (30 minutes by default), after which the broker would
+// close the channel of a consumer that holds a message unacknowledged; an outage longer than
+// it costs one delivery of the limit per two minutes, 40 minutes for a limit of 20.
+const giveBackAfter = 2 * time.Minute
 
 // earlyTolerance is how early a message may arrive and still run: delay tiers round delays up,
 // so only a delay longer than the largest tier (or clock skew) arrives earlier than this.
@@ -183,6 +197,7 @@ func NewAttemptHandler(cfg AttemptConfig) (*AttemptHandler, error) {
 		clock:      cfg.Clock,
 		logger:     cfg.Logger,
 		storeRetry: 50 * time.Millisecond,
+		storeWait:  giveBackAfter,
 	}, nil
 }
 
@@ -205,7 +220,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	// A delay longer than the largest tier arrives early: send it round the tiers again.
 	if early := msg.DueAt.Sub(h.clock.Now()); early > earlyTolerance {
 		hop := uuid.NewSHA1(uuid.NameSpaceOID, []byte(a.MessageID+"/reroute")).String()
-		err := h.untilStored(ctx, 5, func() error {
+		err := h.untilStored(ctx, log, true, func() error {
 			return h.reroute.Handle(ctx, Reroute{Message: msg, MessageID: hop})
 		})
 		if err != nil {
@@ -235,7 +250,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 
 	var started StartDecision
 	var known *domain.Delivery
-	err := h.untilStored(ctx, 5, func() error {
+	err := h.untilStored(ctx, log, true, func() error {
 		var err error
 		started, known, err = h.start.Handle(ctx, StartAttempt{
 			Message:              msg,
@@ -275,7 +290,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		}
 		// Recorded before the call, so that a worker that dies during it leaves a history that
 		// names the provider it called. Without that record there is no call.
-		err := h.untilStored(ctx, 5, func() error {
+		err := h.untilStored(ctx, log, true, func() error {
 			d, err := decide(ctx, h.events, msg.DeliveryID, known, "fail over "+msg.DeliveryID, func(d *domain.Delivery) (decision, error) {
 				events, err := d.FailOver(from, c.sender().Provider(), outcome.Err, h.clock.Now())
 				return decision{events: events}, err
@@ -300,7 +315,7 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	if tracing.Enabled() {
 		rctx, rspan = tracing.Start(ctx, "record outcome", trace.WithAttributes(tracing.OutcomeKind.String(string(outcome.Kind))))
 	}
-	err = h.untilStored(rctx, 0, func() error {
+	err = h.untilStored(rctx, log, false, func() error {
 		var err error
 		state, err = h.record.Handle(rctx, RecordOutcome{DeliveryID: msg.DeliveryID, Attempt: msg.Attempt, Outcome: outcome, Known: known})
 		known = nil // a retry after a failed write reads the stream again
@@ -447,7 +462,7 @@ func (c *call) freeSlot() {
 // to resolve the message.
 func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, msg WorkMessage, reason string, delay time.Duration) (Verdict, bool) {
 	var deferred bool
-	err := h.untilStored(ctx, 5, func() error {
+	err := h.untilStored(ctx, log, true, func() error {
 		var err error
 		deferred, err = h.defers.Handle(ctx, DeferAttempt{Message: msg, Reason: reason, Delay: delay})
 		return err
@@ -501,15 +516,18 @@ func (h *AttemptHandler) call(ctx context.Context, sender Sender, msg WorkMessag
 }
 
 // untilStored retries fn while it fails for reasons other than the ledger's rules (the database
-// is down, a connection dropped): up to tries times, or until ctx ends when tries is 0.
-func (h *AttemptHandler) untilStored(ctx context.Context, tries int, fn func() error) error {
+// is down, a connection dropped): for up to h.storeWait when bounded, the time a handler keeps
+// its message before giving it back (giveBackAfter), else until ctx ends. log is the attempt's
+// (it names the delivery).
+func (h *AttemptHandler) untilStored(ctx context.Context, log *slog.Logger, bounded bool, fn func() error) error {
 	pause := h.storeRetry
-	for i := 1; ; i++ {
+	deadline := time.Now().Add(h.storeWait)
+	for {
 		err := fn()
-		if err == nil || !retryable(err) || (tries > 0 && i >= tries) {
+		if err == nil || !retryable(err) || (bounded && time.Now().Add(pause).After(deadline)) {
 			return err
 		}
-		h.logger.WarnContext(ctx, "ledger write failed, retrying", "err", err, "in", pause)
+		log.WarnContext(ctx, "ledger write failed, retrying", "err", err, "in", pause)
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
