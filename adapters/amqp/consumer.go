@@ -88,20 +88,39 @@ func NewConsumer(cfg ConsumerConfig, handler Handler) (*Consumer, error) {
 // cancellation it stops taking messages, lets in-flight handlers finish up to ShutdownTimeout,
 // and gives back (requeues) what was prefetched but not started.
 func (c *Consumer) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	backoff := time.Duration(0)
 	for {
+		began := time.Now()
 		err := c.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		backoff = reconnectBackoff(backoff, time.Since(began))
 		c.cfg.Logger.Warn("consumer session ended, reconnecting", "queue", c.cfg.Queue, "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// The pause before a reconnect doubles from firstReconnect up to maxReconnect while sessions
+// keep failing.
+const (
+	firstReconnect = 100 * time.Millisecond
+	maxReconnect   = 5 * time.Second
+)
+
+// reconnectBackoff is the pause after a session that lasted lasted, the previous pause being
+// prev (0: none yet). A session that outlasted the longest pause was a good one: what ended it
+// is a new outage, retried from the first pause again rather than from where an outage hours
+// ago left the backoff.
+func reconnectBackoff(prev, lasted time.Duration) time.Duration {
+	if prev == 0 || lasted > maxReconnect {
+		return firstReconnect
+	}
+	return min(prev*2, maxReconnect)
 }
 
 func (c *Consumer) session(ctx context.Context) error {
@@ -193,7 +212,7 @@ func (c *Consumer) handle(ctx context.Context, d amqp091.Delivery) {
 		span.SetAttributes(verdictKey.String(verdict.String()))
 		span.End()
 	} else {
-		c.cfg.Logger.Error("undecodable message, dead-lettering", "queue", c.cfg.Queue, "err", err)
+		c.cfg.Logger.ErrorContext(ctx, "undecodable message, dead-lettering", "queue", c.cfg.Queue, "err", err)
 	}
 	switch verdict {
 	case commands.Ack:
@@ -205,27 +224,35 @@ func (c *Consumer) handle(ctx context.Context, d amqp091.Delivery) {
 	}
 	if err != nil {
 		// The channel is gone; the broker redelivers the message to the next consumer.
-		c.cfg.Logger.Warn("ack failed", "queue", c.cfg.Queue, "verdict", verdict, "err", err)
+		c.cfg.Logger.WarnContext(ctx, "ack failed", "queue", c.cfg.Queue, "delivery_id", deliveryID(msg),
+			"verdict", verdict, "err", err)
 	}
+}
+
+// deliveryID is the delivery a work message is about, for a log line ("" if it has none).
+func deliveryID(msg *message.Message) string {
+	if msg == nil {
+		return ""
+	}
+	m, _ := commands.DecodeWorkMessage(msg.Payload)
+	return m.DeliveryID
 }
 
 var verdictKey = attribute.Key("ledger.verdict")
 
-// processSpan starts the consumer span of a traced message, as a child of its publish (and,
-// for a replayed delivery's message, linked to the operator's request that replayed it).
+// processSpan starts the consumer span of a traced message: a child of its publish, or, for a
+// later hop of its delivery (a retry, a replay, a redrive, a deferral), a child of the
+// delivery's root linked to its publish and to what scheduled it (tracing.Receive).
 func (c *Consumer) processSpan(ctx context.Context, msg *message.Message, redelivered bool) (context.Context, trace.Span) {
 	if !tracing.Enabled() || msg.Metadata.Get(tracing.MetaTraceparent) == "" {
 		return ctx, tracing.NoSpan
 	}
-	ctx = tracing.Extract(ctx, msg.Metadata)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+	ctx, links := tracing.Receive(ctx, msg.Metadata)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(
 		semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
 		semconv.MessagingDestinationName(c.cfg.Queue), semconv.MessagingMessageID(msg.UUID),
 		semconv.MessagingMessageBodySize(len(msg.Payload)),
 		attribute.Bool("messaging.rabbitmq.redelivered", redelivered))}
-	if sc := tracing.SpanContextOf(msg.Metadata.Get(tracing.MetaLink)); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-	}
 	return tracing.Start(ctx, "process "+c.cfg.Queue, opts...)
 }
 
@@ -239,7 +266,7 @@ func Work(run func(context.Context, commands.Attempt) commands.Verdict, logger *
 	return func(ctx context.Context, d Delivery) commands.Verdict {
 		msg, err := commands.DecodeWorkMessage(d.Message.Payload)
 		if err != nil {
-			logger.Error("undecodable work message, dead-lettering", "queue", d.Queue, "err", err)
+			logger.ErrorContext(ctx, "undecodable work message, dead-lettering", "queue", d.Queue, "err", err)
 			return commands.Reject
 		}
 		return run(ctx, commands.Attempt{Message: msg, MessageID: d.Message.UUID, Redelivered: d.Redelivered})

@@ -244,7 +244,7 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("declare queue %s: %w", name, err)
+			return t.refused(name, err)
 		}
 		return nil
 	}
@@ -260,11 +260,7 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 				"x-dead-letter-routing-key": t.Dead(channel),
 			}
 			if quorum {
-				limit := t.DeliveryLimit
-				if limit == 0 {
-					limit = DefaultDeliveryLimit
-				}
-				args["x-delivery-limit"] = int32(limit)
+				args["x-delivery-limit"] = int32(t.deliveryLimit())
 			}
 			if err := declare(work, args); err != nil {
 				return kept, err
@@ -305,7 +301,7 @@ func (t Topology) Declare(conn *amqp091.Connection) (kept []string, err error) {
 // message leaves the source queue only once the target queue has confirmed it, where RabbitMQ's
 // default (at-most-once) drops a message that the target could not take. That strategy needs
 // x-overflow=reject-publish, which only matters with a length limit, and the ledger sets none. A
-// queue that exists with another type cannot change it (PRECONDITION_FAILED): the error says so.
+// queue that exists with another type cannot change it (PRECONDITION_FAILED): see refused.
 func (t Topology) declareQuorum(ch *amqp091.Channel, name string, args amqp091.Table) error {
 	q := amqp091.Table{"x-queue-type": QueueQuorum}
 	for k, v := range args {
@@ -315,16 +311,40 @@ func (t Topology) declareQuorum(ch *amqp091.Channel, name string, args amqp091.T
 		q["x-dead-letter-strategy"] = "at-least-once"
 		q["x-overflow"] = "reject-publish"
 	}
-	_, err := ch.QueueDeclare(name, true, false, false, false, q)
-	var amqpErr *amqp091.Error
-	if errors.As(err, &amqpErr) && amqpErr.Code == amqp091.PreconditionFailed {
-		return fmt.Errorf("declare quorum queue %s: %w (a queue cannot change its type or arguments: "+
-			"use a new LEDGER_AMQP_PREFIX, or drain and delete the old queues; see docs/operations.md)", name, err)
-	}
-	if err != nil {
-		return fmt.Errorf("declare queue %s: %w", name, err)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, q); err != nil {
+		return t.refused(name, err)
 	}
 	return nil
+}
+
+// refused explains a failed declare of queue name. RabbitMQ refuses to declare a queue that
+// exists with other arguments (PRECONDITION_FAILED, "inequivalent arg"), and cannot change a
+// queue's type or arguments in place, whichever way: quorum over classic, classic over quorum,
+// or another delivery limit. The error names the queue and the way out, in either direction.
+func (t Topology) refused(name string, err error) error {
+	var amqpErr *amqp091.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp091.PreconditionFailed {
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	queueType := t.QueueType
+	if queueType == "" {
+		queueType = QueueClassic
+	}
+	const procedure = `use a new LEDGER_AMQP_PREFIX, or drain and delete the old queues; see docs/operations.md, "Changing the type of existing queues"`
+	if t.QueueType == QueueQuorum && strings.Contains(amqpErr.Reason, "x-delivery-limit") {
+		return fmt.Errorf("declare quorum queue %s: %w (the queue exists with another delivery limit than LEDGER_AMQP_DELIVERY_LIMIT=%d "+
+			"and cannot change it: set the limit it has, or %s)", name, err, t.deliveryLimit(), procedure)
+	}
+	return fmt.Errorf("declare %s queue %s: %w (the queue exists with another type or other arguments, "+
+		"which RabbitMQ cannot change in place (LEDGER_AMQP_QUEUE_TYPE=%s): %s)", queueType, name, err, queueType, procedure)
+}
+
+// deliveryLimit is the quorum work queues' delivery limit.
+func (t Topology) deliveryLimit() int {
+	if t.DeliveryLimit == 0 {
+		return DefaultDeliveryLimit
+	}
+	return t.DeliveryLimit
 }
 
 // Delete removes every queue and the exchange of the topology (tests and benchmarks clean up
