@@ -29,7 +29,7 @@ alerts: ## check deploy/prometheus (rules, config) and run the alerting rules' u
 	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
 	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
 
-# The end-to-end tests that run a second time on quorum queues (LEDGER_AMQP_QUEUE_TYPE=quorum).
+# The end-to-end tests that run a second time on quorum queues (LEDGER_TEST_AMQP_QUEUE_TYPE=quorum).
 QUORUM_TESTS := TestEndToEnd|TestDuplicateAMQPMessage|TestTransientFailures|TestPermanentFailure|TestRetryAfter|TestExhaustedAttempts|TestLongDelay|TestPanickingAdapter|TestLostBrokerMessage|TestReplayedDeadDelivery|TestDeferralWaits|TestChannelSchedule|TestOneTrace|TestQuorumTopology
 
 test: services lint alerts ## the whole test suite against the real PostgreSQL and RabbitMQ, the end-to-end tests again on quorum queues, then a short fuzz run
@@ -59,7 +59,7 @@ soak-cluster: build services ## the crash soak on a 3-node RabbitMQ cluster (scr
 	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) --cluster scripts/rabbitmq-cluster.sh \
 		--amqp-url "$$(scripts/rabbitmq-cluster.sh urls)" $(SOAK_FLAGS); rc=$$?; scripts/rabbitmq-cluster.sh stop; exit $$rc
 
-soak-pg-failover: build ## the crash soak on a PostgreSQL primary and synchronous standby (scripts/pg-failover.sh, ports 5442-5443); two fifths in the primary is killed and the standby promoted (PG_FAILOVER_MODE=--async: asynchronous, to see what it loses)
+soak-pg-failover: build services ## the crash soak on a PostgreSQL primary and synchronous standby (scripts/pg-failover.sh, ports 5442-5443); two fifths in the primary is killed and the standby promoted (PG_FAILOVER_MODE=--async: asynchronous, to see what it loses)
 	scripts/pg-failover.sh start $(PG_FAILOVER_MODE)
 	SOAK_DELIVERIES=$(SOAK_DELIVERIES) $(GO) run ./cmd/soak --ledger $(BIN) --pg-failover scripts/pg-failover.sh \
 		--database-url "$$(scripts/pg-failover.sh url ledger_soak)" $(SOAK_FLAGS); rc=$$?; scripts/pg-failover.sh stop; exit $$rc

@@ -5,7 +5,7 @@
 # (synchronous_standby_names = standby, synchronous_commit = on) unless started with --async.
 # The shared server on 5432 is left alone.
 #
-#   scripts/pg-failover.sh start [--async]   initialise and start both (idempotent: a running pair is kept)
+#   scripts/pg-failover.sh start [--async]   initialise and start both (a running pair of the mode asked is kept; one of the other mode is stopped and made anew)
 #   scripts/pg-failover.sh failover          kill the primary (immediate shutdown) and promote the standby
 #   scripts/pg-failover.sh stop              stop both and remove their data
 #   scripts/pg-failover.sh url DATABASE      the multi-host URL the ledger connects with
@@ -25,8 +25,16 @@ sql() { local port=$1; shift; psql -X -q -At -h 127.0.0.1 -p "$port" -U postgres
 start() {
 	local mode=${1:-sync}
 	if ready "$PRIMARY" && ready "$STANDBY"; then
-		say "already running"
-		return 0
+		# A running pair is kept only if its replication is the mode asked for: a soak of the
+		# asynchronous mode on a synchronous pair would measure nothing.
+		local running
+		running=$(sql "$PRIMARY" "SELECT CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'async' ELSE 'sync' END" 2>/dev/null || echo unknown)
+		if [ "$running" = "$mode" ]; then
+			say "already running ($mode replication)"
+			return 0
+		fi
+		say "running with $running replication, $mode asked: making the pair anew"
+		stop
 	fi
 	rm -rf "$DIR"
 	mkdir -p "$DIR"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A three-node RabbitMQ cluster on loopback, for the cluster tests and `make soak-cluster`: nodes
+# A three-node RabbitMQ cluster on loopback, for `make soak-cluster` (the crash soak on quorum queues): nodes
 # ledger-r1..3@localhost of the machine's RabbitMQ, AMQP on 5681-5683, Erlang distribution on
 # 25681-25683, data and logs under $CLUSTER_DIR (default /tmp/ledger-rabbitmq-cluster), no
 # plugins. The shared node on 5672 is left alone.
@@ -47,8 +47,6 @@ start_node() {
 	say "$(node "$n") did not start; its log: $d/log"
 	return 1
 }
-
-joined() { ctl 1 cluster_status --formatter json 2>/dev/null | grep -q "\"$(node "$1")\""; }
 
 join_node() {
 	local n=$1
