@@ -53,6 +53,11 @@ type ReconcilerConfig struct {
 	// Limiter, when set, bounds the lookups per provider (asked with the provider's name and
 	// no destination); a lookup it refuses waits for the next pass.
 	Limiter Limiter
+	// UnknownAfter is how long after an unknown outcome the reconciler first asks its provider.
+	// A provider that took the message while our call timed out may not list it yet, and a
+	// lookup that finds no such message retries the delivery: asked too soon, it could send the
+	// message twice. Zero asks at the first pass.
+	UnknownAfter time.Duration
 	// Batch is the most deliveries one pass looks at (default 200).
 	Batch  int
 	Logger *slog.Logger
@@ -154,7 +159,7 @@ func (r *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		if ctx.Err() != nil {
 			return res, nil
 		}
-		if r.backingOff(c.DeliveryID, now) {
+		if r.backingOff(c.DeliveryID, now) || r.tooSoon(c, now) {
 			res.Skipped++
 			continue
 		}
@@ -180,6 +185,12 @@ func (r *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// tooSoon reports whether c is an unknown outcome younger than UnknownAfter (its check time is
+// the time of the unknown).
+func (r *Reconciler) tooSoon(c DueCheck, now time.Time) bool {
+	return c.State == domain.StateUnknown && now.Sub(c.CheckAt) < r.cfg.UnknownAfter
 }
 
 // backingOff reports whether a delivery's last lookups failed and its next try is not due.

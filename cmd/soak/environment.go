@@ -264,6 +264,8 @@ func ledgerEnv(e *environment, name, httpAddr string, o options) []string {
 		"LEDGER_DATABASE_MAX_CONNS=8",
 		"LEDGER_LOG_LEVEL="+o.LogLevel,
 		"LEDGER_RECONCILE_INTERVAL="+reconcileInterval.String(),
+		// The fakes list a message as soon as they take it: no minute's grace before a lookup.
+		"LEDGER_RECONCILE_UNKNOWN_AFTER=2s",
 		// The secrets the configuration file names.
 		twilioTokenVar+"="+smsAuthToken,
 		vonageSecretVar+"="+smsAPISecret,

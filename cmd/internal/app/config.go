@@ -39,10 +39,14 @@ const (
 	defaultShutdownTimeout   = 30 * time.Second
 	defaultRoles             = "api,relay,worker,projector,reconciler"
 	defaultReconcileInterval = 30 * time.Second
-	defaultPriorityShares    = "high=60,normal=30,low=10"
-	defaultDatabaseMaxConns  = 32
-	defaultRedriveAfter      = 10 * time.Minute
-	defaultMetricsAddr       = "127.0.0.1:9464"
+	// defaultReconcileUnknownAfter gives a provider that may have taken a message while our call
+	// timed out a minute to list it before the reconciler asks (a lookup that finds nothing
+	// retries the delivery).
+	defaultReconcileUnknownAfter = time.Minute
+	defaultPriorityShares        = "high=60,normal=30,low=10"
+	defaultDatabaseMaxConns      = 32
+	defaultRedriveAfter          = 10 * time.Minute
+	defaultMetricsAddr           = "127.0.0.1:9464"
 	// HTTP server timeouts. A request's headers must arrive within 10 s and the whole request
 	// within 30 s (a 1 MiB body at 35 KB/s), so a client trickling a body a byte a second holds a
 	// connection and a goroutine for 30 s, not for ever; the answer must be written within 30 s
@@ -105,10 +109,14 @@ type Config struct {
 	RelayGather time.Duration
 	// The reconciler role: how often it looks for receipts overdue and unknowns to ask about.
 	ReconcileInterval time.Duration
+	// ReconcileUnknownAfter is how long after an unknown outcome the reconciler first asks.
+	ReconcileUnknownAfter time.Duration
 	// Replay jobs (the api role): how long a job whose runner stopped waits before another
 	// resumes it, and how many deliveries a runner replays between two records of progress.
 	ReplayJobLease time.Duration
 	ReplayJobPage  int
+	// ReplayJobPause is the wait between two pages of a replay job (0: none).
+	ReplayJobPause time.Duration
 
 	// explicit names the flags set on the command line or in the environment, which win over
 	// the configuration file.
@@ -183,8 +191,10 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RelayGather, "relay-gather", postgres.DefaultRelayGather, "how long the relay waits after an append's notification before it reads the outbox, so that close appends travel in one batch (0: at once)")
 	fs.DurationVar(&c.ProjectorGather, "projector-gather", projections.DefaultGather, "shortest time between two reads of the log by a projector that has caught up, so that a busy log's events are applied together (0: read at every append)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", defaultReconcileInterval, "how often the reconciler asks providers about receipts overdue and unknown outcomes")
+	fs.DurationVar(&c.ReconcileUnknownAfter, "reconcile-unknown-after", defaultReconcileUnknownAfter, "how long after an unknown outcome the reconciler first asks its provider (one that took the message while the call timed out may not list it at once, and a lookup that finds nothing retries the delivery)")
 	fs.DurationVar(&c.ReplayJobLease, "replay-job-lease", commands.DefaultReplayJobLease, "how long a replay job whose process died waits before another api process (or this one restarted) resumes it; longer than a page of replays takes")
 	fs.IntVar(&c.ReplayJobPage, "replay-job-page", commands.DefaultReplayJobPage, "deliveries a replay job replays between two records of its progress")
+	fs.DurationVar(&c.ReplayJobPause, "replay-job-pause", 0, "wait between two pages of a replay job, to spread a large replay over time instead of handing it to the workers and providers at once (0: none; shorter than --replay-job-lease)")
 }
 
 // Validate reports every problem of a serve configuration at once.
@@ -217,11 +227,17 @@ func (c *Config) Validate() error {
 	if c.ProjectorBatchSize < 1 {
 		errs = append(errs, fmt.Errorf("--projector-batch-size %d is below 1", c.ProjectorBatchSize))
 	}
+	if c.ReconcileUnknownAfter < 0 {
+		errs = append(errs, fmt.Errorf("--reconcile-unknown-after %s is negative", c.ReconcileUnknownAfter))
+	}
 	if c.ReconcileInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--reconcile-interval %s is not positive", c.ReconcileInterval))
 	}
 	if c.ReplayJobLease <= 0 {
 		errs = append(errs, fmt.Errorf("--replay-job-lease %s is not positive", c.ReplayJobLease))
+	}
+	if c.ReplayJobPause < 0 || c.ReplayJobPause >= c.ReplayJobLease {
+		errs = append(errs, fmt.Errorf("--replay-job-pause %s: want 0 or more and shorter than --replay-job-lease %s", c.ReplayJobPause, c.ReplayJobLease))
 	}
 	if c.ReplayJobPage < 1 {
 		errs = append(errs, fmt.Errorf("--replay-job-page %d is below 1", c.ReplayJobPage))

@@ -145,7 +145,8 @@ func (a *App) buildReconciler(clock commands.Clock, policies commands.Policies) 
 	}
 	a.reconciler, err = commands.NewReconciler(commands.ReconcilerConfig{
 		Store: a.store, Waits: dueChecks{a.views}, Receipts: a.receiptHandler(clock, policies), Clock: clock,
-		Policies: policies, Lookups: lookups, Limiter: limiter, Logger: a.logger.With("role", "reconciler"),
+		Policies: policies, Lookups: lookups, Limiter: limiter, UnknownAfter: a.cfg.ReconcileUnknownAfter,
+		Logger:    a.logger.With("role", "reconciler"),
 		OnDecided: a.metrics.Decided,
 	})
 	return err

@@ -91,7 +91,7 @@ func setupSMS(t *testing.T, channels, providers string, adjust ...func(*Config))
 		t.Fatal(err)
 	}
 	adjusts := append([]func(*Config){func(c *Config) {
-		c.ConfigFile, c.HTTPAddr, c.ReconcileInterval = path, addr, 50*time.Millisecond
+		c.ConfigFile, c.HTTPAddr, c.ReconcileInterval, c.ReconcileUnknownAfter = path, addr, 50*time.Millisecond, 0
 	}}, adjust...)
 	b := setupE2E(t, "", adjusts...)
 	return &smsBundle{e2eBundle: b, twilio: tw, vonage: vg, public: "http://" + addr}
@@ -298,8 +298,10 @@ func TestFailoverWhenTheFirstProviderIsUnreachable(t *testing.T) {
 // send.
 func TestUnknownNeverFailsOverAndTheLookupResolvesIt(t *testing.T) {
 	t.Parallel()
+	const unknownAfter = 700 * time.Millisecond
 	b := setupSMS(t, "  sms: {providers: [twilio, vonage]}",
-		strings.Replace(twilioProvider("twilio", ""), "timeout: 2s", "timeout: 300ms", 1)+vonageProvider("vonage", ""))
+		strings.Replace(twilioProvider("twilio", ""), "timeout: 2s", "timeout: 300ms", 1)+vonageProvider("vonage", ""),
+		func(c *Config) { c.ReconcileUnknownAfter = unknownAfter })
 	b.twilio.SetBehaviour(twiliofake.Behaviour{CreateDelay: 1500 * time.Millisecond})
 	id := b.sendSMS(t, "un-1", "+15005550005", "the unknown one")
 	b.waitState(t, id, domain.StateDelivered, 20*time.Second)
@@ -311,6 +313,10 @@ func TestUnknownNeverFailsOverAndTheLookupResolvesIt(t *testing.T) {
 	_ = json.Unmarshal(eventsOfType(h, domain.EventOutcomeUnknown)[0].Data, &unknown)
 	if unknown.Provider != "twilio" || len(unknown.FailedOver) != 0 {
 		t.Fatalf("unknown outcome %+v", unknown)
+	}
+	// The provider is asked no sooner than ReconcileUnknownAfter: it may not list the message yet.
+	if gap := eventsOfType(h, domain.EventReconciledDelivered)[0].RecordedAt.Sub(eventsOfType(h, domain.EventOutcomeUnknown)[0].RecordedAt); gap < unknownAfter {
+		t.Errorf("looked up %s after the unknown outcome, want no sooner than %s", gap, unknownAfter)
 	}
 	var res domain.Resolution
 	_ = json.Unmarshal(eventsOfType(h, domain.EventReconciledDelivered)[0].Data, &res)
