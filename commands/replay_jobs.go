@@ -94,6 +94,10 @@ type ReplayJobs struct {
 	// Lease is how long a runner holds a job without recording progress before another may
 	// take it over.
 	Lease time.Duration
+	// Pause is the wait between two pages: a large replay spread over time rather than handed to
+	// the workers and the providers at once (0: none). It must be shorter than Lease, which
+	// each page's record renews.
+	Pause time.Duration
 }
 
 // Defaults of a replay job runner.
@@ -184,6 +188,12 @@ func (j *ReplayJobs) RunOnce(ctx context.Context) (bool, error) {
 		}
 		if err := j.store.FinishReplayItems(ctx, job.ID, outcomes, j.Lease); err != nil {
 			return true, err
+		}
+		if j.Pause > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(j.Pause):
+			}
 		}
 	}
 	return true, ctx.Err()

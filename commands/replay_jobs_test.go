@@ -177,3 +177,45 @@ func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
 		t.Fatalf("unknown's last event %s %+v", events[len(events)-1].Type, r)
 	}
 }
+
+// TestReplayJobPausesBetweenPages: with a pause, a job's pages are spread over time (its
+// replays reach the workers a page at a time) and the job still ends done.
+func TestReplayJobPausesBetweenPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
+	clock := commands.SystemClock{}
+	for range 3 {
+		deadDelivery(t, store, "acme", false)
+	}
+	runner, err := projections.NewRunner(schema.Pool, store, projections.All(), projections.RunnerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	replay := commands.NewReplayHandler(store, topics, clock)
+	replay.Requests = store
+	jobs := commands.NewReplayJobs(store, replay, clock, nil)
+	const pause = 300 * time.Millisecond
+	jobs.Page, jobs.Pause = 1, pause
+	job, _, err := jobs.Create(ctx, commands.ReplayJob{Tenant: "acme", RequestKey: "slow-1", RequestHash: []byte("h"), Reason: "spread"})
+	if err != nil || job.Matched != 3 {
+		t.Fatalf("create: %+v %v", job, err)
+	}
+	start := time.Now()
+	if worked, err := jobs.RunOnce(ctx); !worked || err != nil {
+		t.Fatalf("run: worked %v err %v", worked, err)
+	}
+	// Three pages of one: at least the two pauses between them.
+	if took := time.Since(start); took < 2*pause {
+		t.Fatalf("a job of three pages of one took %s, want at least two pauses of %s", took, pause)
+	}
+	done, err := jobs.Get(ctx, "acme", job.ID)
+	if err != nil || done.State != commands.ReplayJobDone || done.Replayed != 3 {
+		t.Fatalf("job %+v %v, want done with 3 replayed", done, err)
+	}
+}

@@ -263,7 +263,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	reconcile := commands.NewReconcileHandler(a.store, a.topology, clock, policies)
 	reconcile.OnDecided = a.metrics.Decided
 	a.replayJobs = commands.NewReplayJobs(a.store, replay, clock, a.logger.With("role", "api"))
-	a.replayJobs.Lease, a.replayJobs.Page = a.cfg.ReplayJobLease, a.cfg.ReplayJobPage
+	a.replayJobs.Lease, a.replayJobs.Page, a.replayJobs.Pause = a.cfg.ReplayJobLease, a.cfg.ReplayJobPage, a.cfg.ReplayJobPause
 	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks()}, httpapi.Deps{
 		Accept:   accept,
 		Events:   a.store,
