@@ -427,7 +427,7 @@ func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Tim
 	if d.receipts[key] {
 		return nil, ErrReceiptSeen
 	}
-	if d.state == StateProcessing && d.awaiting == nil {
+	if d.state == StateProcessing && d.awaiting == nil && !d.aboutEarlierAttempt(w) {
 		// A call is in flight (with this provider or, after a failover, another): its answer
 		// may be the acceptance this word is about.
 		return nil, fmt.Errorf("%w: delivery %s attempt %d", ErrReceiptEarly, d.id, d.attempt)
@@ -485,6 +485,16 @@ func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Tim
 		}
 		return d.record(now, EventReceiptRecorded, key, data)
 	}
+}
+
+// aboutEarlierAttempt reports whether w names the message of the attempt before the current
+// one (its provider's id for it, kept in the result that closed it): a late or repeated word
+// about it cannot be the acceptance the call in flight waits for, so it is evidence now rather
+// than refused until the call ends (a provider that does not resend would lose it).
+func (d *Delivery) aboutEarlierAttempt(w ReceiptWord) bool {
+	r := d.lastResult
+	return w.ProviderOperationID != "" && r != nil && r.Attempt < d.attempt && r.Provider == w.Provider &&
+		r.ProviderOperationID == w.ProviderOperationID
 }
 
 // decideAccepted records the outcome that decides an attempt the provider accepted.

@@ -282,6 +282,42 @@ func TestReceiptAheadOfTheAcceptanceIsRefused(t *testing.T) {
 	}
 }
 
+// TestLateReceiptOfAnEarlierAttemptIsEvidenceDuringACall: the first attempt's message failed
+// for now (a receipt said retry) and the second attempt's call is in flight when the provider
+// repeats its word about the first message: that cannot be the acceptance the call waits for, so
+// it is recorded as evidence at once and changes nothing, rather than refused until the call ends.
+func TestLateReceiptOfAnEarlierAttemptIsEvidenceDuringACall(t *testing.T) {
+	t.Parallel()
+	s := smsAccepted(t, 3)
+	s.collect(t)(s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptRetry,
+		ProviderStatus: "undelivered", Code: "30003", Source: "receipt"}, DefaultRetryPolicy(), testNow, 0))
+	if s.d.State() != StateRetrying {
+		t.Fatalf("after a retry receipt: %s, want retrying", s.d.State())
+	}
+	s.add(t)(s.d.Queue(testNow))
+	s.add(t)(s.d.StartAttempt("twilio", testNow))
+	version := s.d.Version()
+	late := s.collect(t)(s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptFailed,
+		ProviderStatus: "failed", Code: "30003", Source: "receipt"}, DefaultRetryPolicy(), testNow, 0))
+	if got := types(late); len(got) != 1 || got[0] != EventReceiptRecorded {
+		t.Fatalf("late word about SM1 recorded %v, want the receipt alone", got)
+	}
+	if s.d.State() != StateProcessing || s.d.Version() != version+1 {
+		t.Fatalf("after the late word: %s v%d, want processing at v%d", s.d.State(), s.d.Version(), version+1)
+	}
+	var data ReceiptData
+	_ = json.Unmarshal(late[0].Data, &data)
+	if data.Evidence == "" {
+		t.Errorf("late word %+v, want evidence saying it changes nothing", data)
+	}
+	// A word about another message while the call is in flight may be the call's own acceptance.
+	if _, err := s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM2", Status: ReceiptDelivered,
+		Source: "receipt"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptEarly) {
+		t.Fatalf("word about SM2 during the call: %v, want ErrReceiptEarly", err)
+	}
+	rehydrated(t, s)
+}
+
 func TestFailOverNamesTheProviderCalled(t *testing.T) {
 	t.Parallel()
 	spec := validSpec()
