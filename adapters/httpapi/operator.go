@@ -155,6 +155,9 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
+	if f.FailureClass, err = parseFailureClass(q.Get("failure_class")); err != nil {
+		return err
+	}
 	f.State = domain.StateDead
 	ask, err := s.readReplay(w, r)
 	if err != nil {

@@ -170,3 +170,26 @@ func TestReplayDLQPageByPage(t *testing.T) {
 		t.Fatalf("replay after the view caught up: %+v, want nothing", empty)
 	}
 }
+
+// TestReplayDLQByFailureClass: the DLQ replay takes GET /v1/dlq's failure_class too, so an
+// operator replays the deliveries that died of a transient failure and leaves the permanent ones.
+func TestReplayDLQByFailureClass(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	at := time.Now().Add(-time.Hour)
+	transient := b.story(t, "acme", "webhook", "https://example.com/a", at, domain.OutcomeTransient)
+	permanent := b.story(t, "acme", "webhook", "https://example.com/b", at.Add(time.Minute), domain.OutcomePermanent)
+	b.project(t)
+
+	b.refusing().operatorPost(t, "/v1/dlq/replay?failure_class=bored", keyAcme, "").expectProblem(t, http.StatusBadRequest, "failure_class")
+	var out struct {
+		Replayed []string `json:"replayed"`
+	}
+	b.operatorPost(t, "/v1/dlq/replay?failure_class=transient", keyAcme, `{"reason":"receiver back"}`).expect(t, http.StatusOK, &out)
+	if len(out.Replayed) != 1 || out.Replayed[0] != transient {
+		t.Fatalf("replayed %v, want only the transient one %s", out.Replayed, transient)
+	}
+	if h := b.history(t, permanent); h[len(h)-1] != domain.EventDeadLettered {
+		t.Fatalf("the permanent one's history ends %v, want it left dead", h)
+	}
+}

@@ -14,7 +14,7 @@
 //	GET  /v1/stats                      the tenant's counters per channel and state
 //	GET  /v1/stats/minutes              the tenant's accepted, delivered and dead per minute over the last hour
 //	POST /v1/deliveries/{id}/replay     a dead delivery starts a new attempt cycle → 202
-//	POST /v1/dlq/replay                 replay the dead deliveries of one DLQ page (GET /v1/dlq's filters)
+//	POST /v1/dlq/replay                 replay the dead deliveries of one DLQ page (GET /v1/dlq's filters, failure_class too)
 //	POST /v1/deliveries/{id}/reconcile  resolve an unknown outcome with evidence
 //	POST /v1/replays                    a durable bulk replay of a filter's dead deliveries → 202 (dry_run: its count → 200)
 //	GET  /v1/replays/{id}, /v1/replays  a replay job's progress; the latest jobs
@@ -148,7 +148,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	if deps.Replay != nil {
 		s.tenantRoute("POST /v1/deliveries/{id}/replay", s.replayDelivery)
 		if deps.Views != nil {
-			s.tenantRoute("POST /v1/dlq/replay", s.replayDLQ, filters...)
+			s.tenantRoute("POST /v1/dlq/replay", s.replayDLQ, append([]string{"failure_class"}, filters...)...)
 		}
 	}
 	if deps.Reconcile != nil {

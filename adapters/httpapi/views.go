@@ -155,11 +155,12 @@ func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request, tenant s
 
 // listDLQ is GET /v1/dlq: the tenant's dead and unknown deliveries, with the same filters.
 func (s *server) listDLQ(w http.ResponseWriter, r *http.Request, tenant string) error {
-	f, err := s.parseFilter(r.URL.Query(), []domain.State{domain.StateDead, domain.StateUnknown})
+	q := queryOf(r)
+	f, err := s.parseFilter(q, []domain.State{domain.StateDead, domain.StateUnknown})
 	if err != nil {
 		return err
 	}
-	if f.FailureClass, err = parseFailureClass(r.URL.Query().Get("failure_class")); err != nil {
+	if f.FailureClass, err = parseFailureClass(q.Get("failure_class")); err != nil {
 		return err
 	}
 	page, err := s.deps.Views.DeadLetters(r.Context(), tenant, f)
