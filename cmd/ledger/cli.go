@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.StringVar(&benchCfg.DatabaseURL, "database-url", app.DefaultDatabaseURL, "PostgreSQL URL (the benchmark works in its own schemas and drops them)")
 	benchFS.StringVar(&benchCfg.AMQPURL, "amqp-url", app.DefaultAMQPURL, "RabbitMQ URL (the benchmark uses its own queue prefix and deletes it)")
 	benchFS.StringVar(&benchCfg.AMQPQueueType, "amqp-queue-type", "classic", "queue type of the benchmarked ledger: classic or quorum (the RabbitMQ baseline stays classic)")
-	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel (its own default is 64); the sink is fast, so slots wait mostly on commits")
+	benchFS.IntVar(&benchCfg.WorkerConcurrency, "worker-concurrency", 128, "the benchmarked ledger's messages in flight per channel in the in-process phases (the product default is 128 too); the sink is fast, so slots wait mostly on commits")
 	var bopts bench.Options
 	benchFS.BoolVar(&bopts.Quick, "quick", false, "short phases (about two minutes in all)")
 	benchFS.DurationVar(&bopts.Phase, "phase", 10*time.Second, "duration of each throughput measurement")

@@ -744,6 +744,7 @@ type replayJobRequest struct {
 	Until          string `json:"until,omitempty"`
 	Recipient      string `json:"recipient,omitempty"`
 	IncludeUnknown bool   `json:"include_unknown,omitempty"`
+	Actor          string `json:"actor,omitempty"`
 }
 
 // replaysCommand is `ledger replays create|show|list`.
@@ -759,12 +760,13 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 	until := createFS.String("until", "", "only deliveries accepted before this time: RFC 3339, or a duration before now")
 	createFS.StringVar(&req.Recipient, "recipient", "", "only deliveries to exactly this recipient")
 	createFS.BoolVar(&req.IncludeUnknown, "include-unknown", false, "also replay the deliveries whose outcome is unknown (they may have reached the recipient)")
+	createFS.StringVar(&req.Actor, "actor", "", "who asks, recorded on each replay (default: the key's tenant, as tenant:NAME)")
 	key := createFS.String("idempotency-key", "", "Idempotency-Key of the job (default: a random one, printed): the same key and filters again answer with the same job")
 	wait := createFS.Bool("wait", false, "wait until the job is done, even when standard output is not a terminal (it waits on a terminal anyway)")
 	poll := createFS.Duration("poll-interval", defaultPollInterval, "how often to ask how far the job is while waiting")
 	create := o.command(&ffcli.Command{
 		Name:       "create",
-		ShortUsage: "ledger replays create --reason TEXT [--channel C] [--failure-class F] [--since T] [--until T] [--recipient R] [--include-unknown] [--idempotency-key K] [--wait] [--json]",
+		ShortUsage: "ledger replays create --reason TEXT [--channel C] [--failure-class F] [--since T] [--until T] [--recipient R] [--include-unknown] [--actor A] [--idempotency-key K] [--wait] [--json]",
 		ShortHelp:  "replay every dead delivery the filters match, as a background job (POST /v1/replays)",
 		LongHelp: "Creates a replay job: at creation it matches the tenant's dead deliveries that fit the\n" +
 			"filters (and the unknown ones with --include-unknown), then the ledger replays them in the\n" +

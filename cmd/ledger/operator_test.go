@@ -616,14 +616,14 @@ func TestReplaysCreateFollowsTheContract(t *testing.T) {
 	api := []string{"--api-url=" + s.URL, "--api-key=" + acmeKey}
 
 	code, out, errOut := runCLI(append([]string{"replays", "create", "--reason", "receiver fixed", "--channel", "webhook",
-		"--since", "2026-04-01T02:00:00+02:00", "--include-unknown", "--wait", "--poll-interval", "5ms"}, api...)...)
+		"--since", "2026-04-01T02:00:00+02:00", "--include-unknown", "--actor", "ops:ann", "--wait", "--poll-interval", "5ms"}, api...)...)
 	if code != 0 {
 		t.Fatalf("replays create --wait: exit %d\n%s%s", code, out, errOut)
 	}
 	s.mu.Lock()
 	body, key, reads := s.bodies[0], s.keys[0], s.reads
 	s.mu.Unlock()
-	want := map[string]any{"reason": "receiver fixed", "channel": "webhook", "since": "2026-04-01T00:00:00Z", "include_unknown": true}
+	want := map[string]any{"reason": "receiver fixed", "channel": "webhook", "since": "2026-04-01T00:00:00Z", "include_unknown": true, "actor": "ops:ann"}
 	if fmt.Sprint(body) != fmt.Sprint(want) {
 		t.Fatalf("body %v, want %v", body, want)
 	}
