@@ -33,6 +33,14 @@ start_node() {
 		loopback_users = none
 		cluster_partition_handling = pause_minority
 	EOF
+	# A quorum queue's at-least-once dead-letter worker (the delay tiers' expiry into the work
+	# queues) sends again what its target did not confirm after this timeout, 180 s by default:
+	# a target whose leader is killed mid-transfer holds those deliveries that long. 5 s here, so
+	# the soak sees them move on; the key is named with an _ms suffix in later versions: both are set.
+	cat >"$d/advanced.config" <<-EOF
+		[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000},
+		           {dead_letter_worker_publisher_confirm_timeout_ms, 5000}]}].
+	EOF
 	if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq:rabbitmq "$DIR"; fi
 	say "starting $(node "$n") on port $(port "$n")"
 	RABBITMQ_NODENAME="$(node "$n")" RABBITMQ_NODE_PORT="$(port "$n")" RABBITMQ_DIST_PORT=$((25680 + n)) \
