@@ -162,14 +162,19 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // publishSpan starts the producer span of a traced message's publish, as a child of the span
-// that wrote it to the outbox, and puts the publish's own trace context in the message's
-// headers for the consumer to continue. An untraced message gets no span.
+// that wrote it to the outbox (for a later hop, the delivery's root, with a link to what
+// scheduled it), and puts the publish's own trace context in the message's headers for the
+// consumer to continue. An untraced message gets no span.
 func publishSpan(queue string, m *message.Message) trace.Span {
 	if !tracing.Enabled() || m.Metadata.Get(tracing.MetaTraceparent) == "" {
 		return tracing.NoSpan
 	}
 	ctx := tracing.Extract(context.Background(), m.Metadata)
-	ctx, span := tracing.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+	var links []trace.Link
+	if cause := tracing.SpanContextOf(m.Metadata.Get(tracing.MetaLink)); cause.IsValid() {
+		links = append(links, trace.Link{SpanContext: cause})
+	}
+	ctx, span := tracing.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...), trace.WithAttributes(
 		semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
 		semconv.MessagingDestinationName(queue), semconv.MessagingMessageID(m.UUID),
 		semconv.MessagingMessageBodySize(len(m.Payload))))

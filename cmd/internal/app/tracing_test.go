@@ -329,6 +329,16 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 		t.Errorf("the retry's consume is not a child of the accept's span linked to the first outcome %q:\n%s",
 			firstOutcome.SpanID, otlptest.Render(retried))
 	}
+	// Its publish, the relay's send to a delay tier, links to that outcome as well.
+	var retrySend *otlptest.Span
+	for _, s := range retried {
+		if strings.HasPrefix(s.Name, "send ") && strings.Contains(s.Name, ".retry.") {
+			retrySend = &s
+		}
+	}
+	if retrySend == nil || !hasSpanLink(*retrySend, firstOutcome.SpanID) {
+		t.Errorf("the retry's publish does not link to the first outcome %q:\n%s", firstOutcome.SpanID, otlptest.Render(retried))
+	}
 
 	// A replay, days later in the operator's own trace, hands the delivery back to its trace.
 	const deadTrace, operatorTrace = "6bf92f3577b34da6a3ce929d0e0e4738", "7bf92f3577b34da6a3ce929d0e0e4739"
