@@ -14,6 +14,12 @@ import (
 	"github.com/deliveryledger/ledger/commands"
 )
 
+// Sender is a provider that can be asked about its messages.
+var (
+	_ commands.Sender = (*Sender)(nil)
+	_ commands.Lookup = (*Sender)(nil)
+)
+
 const (
 	// listPageSize is the messages asked for per page of a list (Twilio's default is 50, its
 	// maximum 1000): enough for a day of one sender's messages to one number in a page or two,
