@@ -12,7 +12,8 @@ import (
 // the work message or dead letter they call for in the same transaction.
 
 // TenantLoader loads a stream only if it belongs to the tenant, so that another tenant's id is
-// answered like an unknown one after the same work. postgres.EventStore implements it.
+// answered like an unknown one after the same work (postgres.EventStore implements it with an
+// index of the streams' owners).
 type TenantLoader interface {
 	LoadOf(ctx context.Context, tenant, deliveryID string) ([]domain.Event, error)
 }

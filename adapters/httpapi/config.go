@@ -108,8 +108,8 @@ type Deps struct {
 // EventReader reads a tenant's delivery stream. postgres.EventStore implements it.
 type EventReader interface {
 	// LoadOf returns the stream in version order, or commands.ErrNotFound for an id that is
-	// unknown or another tenant's (the same answer; in PostgreSQL the foreign id costs a heap
-	// visit more, see docs/benchmarks.md).
+	// unknown or another tenant's (the same answer, after the same work: see
+	// postgres.EventStore.LoadOf).
 	LoadOf(ctx context.Context, tenant, deliveryID string) ([]domain.Event, error)
 }
 

@@ -702,6 +702,75 @@ func TestLoadOfScopesToTheTenant(t *testing.T) {
 	}
 }
 
+// TestLoadOfDoesTheSameWorkForAForeignAndAnUnknownID: another tenant's delivery id and an id
+// that does not exist cost the tenant's load the same buffers (and neither reads the stream),
+// so the time of a 404 tells nothing of other tenants' deliveries; the owner's load reads it.
+func TestLoadOfDoesTheSameWorkForAForeignAndAnUnknownID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// A stream of several events, so that reading it would show.
+	d, events := acceptedEvents(t)
+	now := time.Now().UTC()
+	for _, step := range []func() ([]domain.Event, error){
+		func() ([]domain.Event, error) { return d.Queue(now) },
+		func() ([]domain.Event, error) { return d.StartAttempt("webhook", now) },
+		func() ([]domain.Event, error) {
+			return d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeDelivered, Provider: "webhook", StatusCode: 200},
+				domain.DefaultRetryPolicy(), now, 0)
+		},
+	} {
+		more, err := step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, more...)
+	}
+	if err := b.store.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	buffers := func(tenant, id string) (touched int, rows int) {
+		t.Helper()
+		// The pool's plans: one custom plan per execution (Connect's plan_cache_mode).
+		var plan []struct {
+			Plan struct {
+				Rows   int `json:"Actual Rows"`
+				Hit    int `json:"Shared Hit Blocks"`
+				Read   int `json:"Shared Read Blocks"`
+				Dirty  int `json:"Shared Dirtied Blocks"`
+				Writes int `json:"Shared Written Blocks"`
+			} `json:"Plan"`
+		}
+		var out []byte
+		if err := b.schema.Pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+postgres.EventsByDeliveryOf, id, tenant).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &plan); err != nil || len(plan) != 1 {
+			t.Fatalf("plan %s: %v", out, err)
+		}
+		p := plan[0].Plan
+		return p.Hit + p.Read, p.Rows
+	}
+	// Warm: the first execution of each may read the catalogue or set hint bits.
+	for range 2 {
+		buffers("globex", d.ID())
+		buffers("globex", uuid.NewString())
+		buffers("acme", d.ID())
+	}
+	foreign, foreignRows := buffers("globex", d.ID())
+	unknown, unknownRows := buffers("globex", uuid.NewString())
+	own, ownRows := buffers("acme", d.ID())
+	if foreignRows != 0 || unknownRows != 0 || ownRows != len(events) {
+		t.Fatalf("rows: foreign %d, unknown %d, own %d; want 0, 0, %d", foreignRows, unknownRows, ownRows, len(events))
+	}
+	if foreign != unknown {
+		t.Fatalf("another tenant's id touched %d buffers and an unknown id %d: a 404's time tells them apart", foreign, unknown)
+	}
+	if own <= foreign {
+		t.Fatalf("the owner's load touched %d buffers, the refusals %d: the test no longer sees the stream read", own, foreign)
+	}
+}
+
 // BenchmarkLoadOf times a tenant's load of another tenant's delivery against an unknown id
 // (go test -run '^$' -bench LoadOf ./adapters/postgres): the two answers must cost the same.
 func BenchmarkLoadOf(b *testing.B) {

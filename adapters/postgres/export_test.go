@@ -29,3 +29,6 @@ func (b *AcceptBatcher) CommitBatch(ctx context.Context, recs []commands.AcceptR
 	}
 	return answers
 }
+
+// EventsByDeliveryOf is the query of EventStore.LoadOf, for a test to explain.
+const EventsByDeliveryOf = eventsByDeliveryOf
