@@ -27,6 +27,12 @@ type ReceiptParser interface {
 	ParseReceipt(callbackURL string, header http.Header, body []byte) (commands.Receipt, error)
 }
 
+// GETReceipts is a ReceiptParser whose provider may also send its receipts as a GET with the
+// receipt in the query (an account setting of Vonage's); the wiring puts those in Receipts.ByGET.
+type GETReceipts interface {
+	ReceiptsByGET() bool
+}
+
 // Receipts are the dependencies of POST /v1/receipts/{provider}.
 type Receipts struct {
 	// Parsers by provider name: the providers that send receipts.

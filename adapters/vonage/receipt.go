@@ -36,6 +36,10 @@ var (
 	statusForm = regexp.MustCompile(`^[A-Za-z_-]{1,32}$`)
 )
 
+// ReceiptsByGET is true: an account may have its delivery receipts sent as a GET query (a
+// dashboard setting), which ParseReceipt reads like a POST form or JSON.
+func (s *Sender) ReceiptsByGET() bool { return true }
+
 // ParseReceipt reads one of Vonage's delivery receipts (DLRs) for a message this provider sent.
 // callbackURL is the whole URL the receipt was sent to (scheme, host, path and query, as the
 // receiving server saw it), header its headers, body its body. Vonage sends receipts as the

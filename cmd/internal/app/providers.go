@@ -115,9 +115,11 @@ func (a *App) receiptIntake(clock commands.Clock, policies commands.Policies) *h
 	for _, p := range a.providers {
 		if p.receipts != nil {
 			parsers[p.name] = p.receipts
-			// Vonage's dashboard lets an account have its receipts sent as a GET query
-			// (vonage.Sender.ParseReceipt reads all three forms); Twilio always POSTs a form.
-			byGET[p.name] = p.typ == TypeVonage
+			// A provider whose account may send receipts as a GET query says so (Vonage's);
+			// Twilio always POSTs a form.
+			if g, ok := p.receipts.(httpapi.GETReceipts); ok {
+				byGET[p.name] = g.ReceiptsByGET()
+			}
 		}
 	}
 	if len(parsers) == 0 {

@@ -28,9 +28,6 @@ func providerTypes(hooks webhook.Process) []ptype.Type {
 	}
 }
 
-// TypeVonage is the Vonage provider type, whose receipts the intake also takes by GET.
-const TypeVonage = vonage.TypeName
-
 // typeOf finds a provider type by name.
 func typeOf(types []ptype.Type, name string) (ptype.Type, bool) {
 	i := slices.IndexFunc(types, func(t ptype.Type) bool { return t.Name == name })
