@@ -8,46 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/commands/commandstest"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
-
-// deadDelivery records a webhook delivery of tenant that failed for good at its first attempt
-// (or, with unknown, whose outcome is unknown).
-func deadDelivery(t *testing.T, store *postgres.EventStore, tenant string, unknown bool) string {
-	t.Helper()
-	now := commands.SystemClock{}.Now()
-	id := uuid.Must(uuid.NewV7()).String()
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, Channel: "webhook",
-		Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	add := func(more []domain.Event, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, more...)
-	}
-	add(d.Queue(now))
-	add(d.StartAttempt("webhook", now))
-	kind := domain.OutcomePermanent
-	if unknown {
-		kind = domain.OutcomeUnknown
-	}
-	add(d.RecordOutcome(1, domain.Outcome{Kind: kind, StatusCode: 410, Err: "gone"}, domain.DefaultRetryPolicy(), now, 0))
-	if err := store.Append(context.Background(), events, nil); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
 
 // replays counts the replays in a delivery's history: the log, not what a caller was told,
 // since a runner cut off mid-commit may not hear that its replay was recorded.
@@ -66,6 +34,40 @@ func replays(t *testing.T, store *postgres.EventStore, id string) int {
 	return n
 }
 
+// replayJobFixture is a schema with a store, and what builds replay job runners over it.
+type replayJobFixture struct {
+	schema *pgtest.Schema
+	store  *postgres.EventStore
+	replay *commands.ReplayHandler
+}
+
+func newReplayJobFixture(t *testing.T) *replayJobFixture {
+	t.Helper()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
+	replay := commands.NewReplayHandler(store, topics, commands.SystemClock{})
+	replay.Requests = store
+	return &replayJobFixture{schema: schema, store: store, replay: replay}
+}
+
+// catchUp brings the views (the DLQ view a job selects from) up to the log.
+func (f *replayJobFixture) catchUp(t *testing.T) {
+	t.Helper()
+	runner, err := projections.NewRunner(f.schema.Pool, f.store, projections.All(), projections.RunnerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jobs is a replay job runner over the fixture's store, with the default page and lease.
+func (f *replayJobFixture) jobs() *commands.ReplayJobs {
+	return commands.NewReplayJobs(f.store, f.replay, commands.SystemClock{}, nil)
+}
+
 // TestReplayJobSurvivesItsRunnerAndReplaysEachOnce: a job over 230 dead deliveries (and one
 // unknown it leaves alone) is cut off mid-page; a second runner takes it over when the lease
 // runs out and finishes it. Every dead delivery is replayed exactly once, the counts add up,
@@ -73,27 +75,17 @@ func replays(t *testing.T, store *postgres.EventStore, id string) int {
 func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := pgtest.New(t)
-	store := postgres.NewEventStore(schema.Pool)
-	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
-	clock := commands.SystemClock{}
+	f := newReplayJobFixture(t)
+	store := f.store
 	var dead []string
 	for range 230 {
-		dead = append(dead, deadDelivery(t, store, "acme", false))
+		dead = append(dead, commandstest.DeadDelivery(t, store, "acme", "https://example.com/h", false))
 	}
-	unknown := deadDelivery(t, store, "acme", true)
-	other := deadDelivery(t, store, "globex", false)
-	runner, err := projections.NewRunner(schema.Pool, store, projections.All(), projections.RunnerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runner.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unknown := commandstest.DeadDelivery(t, store, "acme", "https://example.com/h", true)
+	other := commandstest.DeadDelivery(t, store, "globex", "https://example.com/h", false)
+	f.catchUp(t)
 
-	replay := commands.NewReplayHandler(store, topics, clock)
-	replay.Requests = store
-	first := commands.NewReplayJobs(store, replay, clock, nil)
+	first := f.jobs()
 	first.Page, first.Lease = 40, 300*time.Millisecond
 	ask := commands.ReplayJob{Tenant: "acme", RequestKey: "bulk-1", RequestHash: []byte("h1"), Reason: "receiver fixed"}
 	job, created, err := first.Create(ctx, ask)
@@ -128,7 +120,7 @@ func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
 		t.Fatalf("after the cut: %+v, want a running job part-way", mid)
 	}
 	// While the lease holds, no one else takes the job.
-	second := commands.NewReplayJobs(store, replay, clock, nil)
+	second := f.jobs()
 	if worked, err := second.RunOnce(ctx); worked || err != nil {
 		t.Fatalf("a leased job was taken: %v %v", worked, err)
 	}
@@ -158,9 +150,7 @@ func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
 
 	// With include_unknown the unknown one is replayed, and says so; the replayed ones (now
 	// queued) are not dead any more and are not selected.
-	if err := runner.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f.catchUp(t)
 	uj, _, err := first.Create(ctx, commands.ReplayJob{Tenant: "acme", RequestKey: "bulk-2", RequestHash: []byte("h3"),
 		Reason: "receiver dedupes", IncludeUnknown: true})
 	if err != nil || uj.Matched != 1 {
@@ -183,23 +173,12 @@ func TestReplayJobSurvivesItsRunnerAndReplaysEachOnce(t *testing.T) {
 func TestReplayJobPausesBetweenPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := pgtest.New(t)
-	store := postgres.NewEventStore(schema.Pool)
-	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
-	clock := commands.SystemClock{}
+	f := newReplayJobFixture(t)
 	for range 3 {
-		deadDelivery(t, store, "acme", false)
+		commandstest.DeadDelivery(t, f.store, "acme", "https://example.com/h", false)
 	}
-	runner, err := projections.NewRunner(schema.Pool, store, projections.All(), projections.RunnerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runner.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	replay := commands.NewReplayHandler(store, topics, clock)
-	replay.Requests = store
-	jobs := commands.NewReplayJobs(store, replay, clock, nil)
+	f.catchUp(t)
+	jobs := f.jobs()
 	const pause = 300 * time.Millisecond
 	jobs.Page, jobs.Pause = 1, pause
 	job, _, err := jobs.Create(ctx, commands.ReplayJob{Tenant: "acme", RequestKey: "slow-1", RequestHash: []byte("h"), Reason: "spread"})

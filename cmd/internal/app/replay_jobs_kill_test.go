@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands/commandstest"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -148,37 +148,6 @@ func (p *killable) call(t *testing.T, method, path, idemKey, body string) (*http
 	return resp, raw
 }
 
-// appendDead records a webhook delivery of tenant that failed for good at its first attempt (or,
-// with unknown, whose outcome is unknown), straight into the log.
-func appendDead(t *testing.T, store *postgres.EventStore, tenant string, unknown bool) string {
-	t.Helper()
-	now := time.Now().UTC()
-	id := uuid.Must(uuid.NewV7()).String()
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, Channel: "webhook",
-		Recipient: "http://127.0.0.1:9/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	add := func(more []domain.Event, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, more...)
-	}
-	add(d.Queue(now))
-	add(d.StartAttempt("webhook", now))
-	kind := domain.OutcomePermanent
-	if unknown {
-		kind = domain.OutcomeUnknown
-	}
-	add(d.RecordOutcome(1, domain.Outcome{Kind: kind, StatusCode: 410, Err: "gone"}, domain.DefaultRetryPolicy(), now, 0))
-	if err := store.Append(context.Background(), events, nil); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // replayJobProgress reads a job's counts straight from the database (the process may be dead).
 func replayJobProgress(t *testing.T, schema *pgtest.Schema, id string) (state string, matched, replayed, skipped int) {
 	t.Helper()
@@ -202,10 +171,10 @@ func TestReplayJobSurvivesSIGKILLOfItsProcess(t *testing.T) {
 	const n = 400
 	dead := make([]string, 0, n)
 	for range n {
-		dead = append(dead, appendDead(t, store, "acme", false))
+		dead = append(dead, commandstest.DeadDelivery(t, store, "acme", "http://127.0.0.1:9/h", false))
 	}
-	unknown := appendDead(t, store, "acme", true)
-	other := appendDead(t, store, "globex", false)
+	unknown := commandstest.DeadDelivery(t, store, "acme", "http://127.0.0.1:9/h", true)
+	other := commandstest.DeadDelivery(t, store, "globex", "http://127.0.0.1:9/h", false)
 
 	prefix := amqptest.Prefix()
 	env := []string{
