@@ -3,7 +3,6 @@ package app
 import (
 	"encoding/json"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,7 +93,7 @@ func TestTheDemoConfigurationDeliversEveryChannel(t *testing.T) {
 	b := setupE2E(t, "", func(c *Config) { c.ConfigFile, c.HTTPAddr = path, addr })
 
 	// The README's first notification, with this test's webhook receiver.
-	resp, body := b.do(t, "POST", "/v1/notifications", "order-43", map[string]any{
+	acc := b.acceptNotification(t, "order-43", map[string]any{
 		"payload": map[string]any{"subject": "Order 43 shipped", "text": "Your order is on its way.", "order": 43},
 		"recipients": []map[string]string{
 			{"channel": "webhook", "recipient": b.sink.URL + "/hook"},
@@ -103,13 +102,6 @@ func TestTheDemoConfigurationDeliversEveryChannel(t *testing.T) {
 			{"channel": "sms", "recipient": "+15005550006"},
 		},
 	})
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("accept: %d %s", resp.StatusCode, body)
-	}
-	var acc acceptAnswer
-	if err := json.Unmarshal(body, &acc); err != nil || len(acc.Deliveries) != 4 {
-		t.Fatalf("accept answer %s (%v)", body, err)
-	}
 	for i, d := range acc.Deliveries {
 		b.waitState(t, d.ID, domain.StateDelivered, 20*time.Second)
 		if i == 3 {

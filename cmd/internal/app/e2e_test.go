@@ -281,17 +281,22 @@ func (b *e2eBundle) notify(t *testing.T, key string, recipients ...string) accep
 	for _, r := range recipients {
 		rs = append(rs, map[string]string{"channel": "webhook", "recipient": r})
 	}
-	resp, body := b.do(t, "POST", "/v1/notifications", key, map[string]any{
-		"payload": map[string]any{"text": "hello"}, "recipients": rs,
-	})
+	return b.acceptNotification(t, key, map[string]any{"payload": map[string]any{"text": "hello"}, "recipients": rs})
+}
+
+// acceptNotification posts a notification under key and returns the answer, failing the test
+// unless it is accepted with one delivery per recipient, in their order.
+func (b *e2eBundle) acceptNotification(t *testing.T, key string, notification map[string]any) acceptAnswer {
+	t.Helper()
+	resp, body := b.do(t, "POST", "/v1/notifications", key, notification)
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("accept: %d %s", resp.StatusCode, body)
 	}
 	var a acceptAnswer
 	if err := json.Unmarshal(body, &a); err != nil {
-		t.Fatal(err)
+		t.Fatalf("accept answer %s: %v", body, err)
 	}
-	if len(a.Deliveries) != len(recipients) {
+	if recipients, _ := notification["recipients"].([]map[string]string); len(a.Deliveries) != len(recipients) {
 		t.Fatalf("accept answered %d deliveries for %d recipients: %s", len(a.Deliveries), len(recipients), body)
 	}
 	return a

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -49,7 +48,7 @@ func TestTelegramChatLimitSpacesOneChatOnly(t *testing.T) {
 	b, tg := setupTelegram(t)
 	interval := time.Second / telegram.ChatRate
 
-	resp, body := b.do(t, "POST", "/v1/notifications", "chats-1", map[string]any{
+	acc := b.acceptNotification(t, "chats-1", map[string]any{
 		"payload": map[string]any{"text": "hello"},
 		"recipients": []map[string]string{
 			{"channel": "telegram", "recipient": "111"},
@@ -57,15 +56,11 @@ func TestTelegramChatLimitSpacesOneChatOnly(t *testing.T) {
 			{"channel": "telegram", "recipient": "333"},
 		},
 	})
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("accept: %d %s", resp.StatusCode, body)
-	}
 	resp, again := b.acceptWith(t, "chats-2", map[string]any{"channel": "telegram", "recipient": "111",
 		"payload": map[string]any{"text": "hello again"}})
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("accept: %d", resp.StatusCode)
 	}
-	acc := decodeAccept(t, body)
 	first, two, three := acc.Deliveries[0].ID, acc.Deliveries[1].ID, acc.Deliveries[2].ID
 	started := map[string]time.Time{}
 	deferred := map[string]int{}
@@ -99,16 +94,6 @@ func TestTelegramChatLimitSpacesOneChatOnly(t *testing.T) {
 	if n := len(tg.Messages()); n != 4 {
 		t.Errorf("the Bot API sent %d messages, want 4", n)
 	}
-}
-
-// decodeAccept reads a notification's accept answer.
-func decodeAccept(t *testing.T, body []byte) acceptAnswer {
-	t.Helper()
-	var a acceptAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		t.Fatalf("accept answer %s: %v", body, err)
-	}
-	return a
 }
 
 func absDuration(d time.Duration) time.Duration {

@@ -20,21 +20,10 @@ import (
 // a partial run lists only the targets it measured.
 func TestBenchFixedRateRunBalances(t *testing.T) {
 	t.Parallel()
-	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
-	base := app.DefaultConfig()
-	base.DatabaseURL = pgtest.URL()
-	base.AMQPURL = amqptest.URL()
+	base := testBase(t)
 	base.WorkerConcurrency = 8
 	opts := Options{Only: []string{"rate"}, Rate: 50, RateFor: time.Second, ResultsDir: t.TempDir()}
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), base, opts, &out)
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, out.String())
-	}
-	t.Log(out.String())
-	if rep.Void {
-		t.Fatalf("run is void: %s", rep.VoidReason)
-	}
+	rep, out := runBench(t, base, opts)
 	sent := 50 * int((benchWarmUp + time.Second).Seconds())
 	if rep.Counts["rate_sent"] != sent || rep.Counts["rate_delivered"] != sent {
 		t.Fatalf("counts %v, want %d sent and delivered", rep.Counts, sent)
@@ -52,8 +41,8 @@ func TestBenchFixedRateRunBalances(t *testing.T) {
 	if got := strings.Join(names, ","); got != "e2e_p99_at_50,relay_lag_p50" {
 		t.Fatalf("targets %s, want only the two this phase measures", got)
 	}
-	if !strings.Contains(out.String(), "where the time went") {
-		t.Fatalf("no stage breakdown in\n%s", out.String())
+	if !strings.Contains(out, "where the time went") {
+		t.Fatalf("no stage breakdown in\n%s", out)
 	}
 }
 
@@ -75,4 +64,31 @@ func TestBenchReportCreatesItsDirectories(t *testing.T) {
 	if err != nil || !strings.Contains(string(body), `"e2e_vs_rabbitmq": 0.1`) {
 		t.Fatalf("--out file: %v, %s", err, body)
 	}
+}
+
+// testBase is the ledger configuration the benchmark's tests run against: the test services,
+// the test database made sure of (the benchmark works in schemas of its own).
+func testBase(t *testing.T) app.Config {
+	t.Helper()
+	pgtest.New(t)
+	base := app.DefaultConfig()
+	base.DatabaseURL = pgtest.URL()
+	base.AMQPURL = amqptest.URL()
+	return base
+}
+
+// runBench runs the benchmark with opts and returns its report and what it printed (also in
+// the test's log), failing the test if the run fails or is void.
+func runBench(t *testing.T, base app.Config, opts Options) (*Report, string) {
+	t.Helper()
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), base, opts, &out)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	if rep.Void {
+		t.Fatalf("run is void: %s", rep.VoidReason)
+	}
+	return rep, out.String()
 }

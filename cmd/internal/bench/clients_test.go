@@ -1,17 +1,13 @@
 package bench
 
 import (
-	"github.com/deliveryledger/ledger/cmd/internal/app"
-
 	"bytes"
-	"context"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
-	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/cmd/internal/app"
 )
 
 // serveEnv makes the test binary `ledger serve` (see TestMain): the clients phase runs the
@@ -30,21 +26,10 @@ func TestMain(m *testing.M) {
 // sink once, and the phase reports rates, latencies, CPU and memory for both settings.
 func TestBenchClientsPhase(t *testing.T) {
 	t.Parallel()
-	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
-	base := app.DefaultConfig()
-	base.DatabaseURL = pgtest.URL()
-	base.AMQPURL = amqptest.URL()
+	base := testBase(t)
 	opts := Options{Only: []string{"clients"}, Clients: []int{4}, ClientDeliveries: 100, Rate: 50, RateFor: time.Second,
 		Ledger: []string{os.Args[0]}, LedgerEnv: []string{serveEnv + "=1"}, ResultsDir: t.TempDir()}
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), base, opts, &out)
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, out.String())
-	}
-	t.Log(out.String())
-	if rep.Void {
-		t.Fatalf("run is void: %s", rep.VoidReason)
-	}
+	rep, _ := runBench(t, base, opts)
 	for _, s := range Settings {
 		for load, want := range map[string]int{"4": 100, "at50": 50} {
 			k := "clients_" + s.Name + "_" + load
@@ -75,21 +60,10 @@ func TestBenchClientsPhase(t *testing.T) {
 // PostgreSQL's backends, the bytes of the tables and the queues, and the relay alone.
 func TestBenchRolesPhase(t *testing.T) {
 	t.Parallel()
-	pgtest.New(t) // makes sure the test database exists; the benchmark uses its own schemas
-	base := app.DefaultConfig()
-	base.DatabaseURL = pgtest.URL()
-	base.AMQPURL = amqptest.URL()
+	base := testBase(t)
 	opts := Options{Only: []string{"roles"}, ClientDeliveries: 100, Rate: 50, RateFor: time.Second, RolesBacklog: 100,
 		Ledger: []string{os.Args[0]}, LedgerEnv: []string{serveEnv + "=1"}, ResultsDir: t.TempDir()}
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), base, opts, &out)
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, out.String())
-	}
-	t.Log(out.String())
-	if rep.Void {
-		t.Fatalf("run is void: %s", rep.VoidReason)
-	}
+	rep, _ := runBench(t, base, opts)
 	for load, want := range map[string]int{"at50": 50, "max": 100} {
 		k := "roles_" + load
 		if got := rep.Counts[k+"_delivered"]; got != want || rep.Counts[k+"_accepted"] != want {
