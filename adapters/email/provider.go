@@ -24,13 +24,7 @@ var ProviderType = provider.Type{
 	},
 	ReceiversDeduplicate: true,
 	Check:                func(s *provider.Settings) error { return config(s).Validate() },
-	New: func(s *provider.Settings) (commands.Sender, error) {
-		sender, err := New(config(s))
-		if err != nil {
-			return nil, err
-		}
-		return sender, nil
-	},
+	New:                  func(s *provider.Settings) (commands.Sender, error) { return provider.Built(New(config(s))) },
 }
 
 // config is the Config of a provider block.

@@ -182,3 +182,13 @@ func Problems(err error) []error {
 	}
 	return out
 }
+
+// Built is a Type's New made of an adapter's constructor (`provider.Built(New(config(s)))`): a
+// Sender of the adapter's own type, or nil with the error. It exists so that a failed
+// constructor's typed nil pointer never becomes a non-nil commands.Sender.
+func Built[S commands.Sender](sender S, err error) (commands.Sender, error) {
+	if err != nil {
+		return nil, err
+	}
+	return sender, nil
+}

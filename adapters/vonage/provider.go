@@ -36,13 +36,7 @@ var ProviderType = provider.Type{
 		provider.DeliveredOn, provider.ReceiptTimeout, provider.ReceiptMaxWait,
 	},
 	Check: check,
-	New: func(s *provider.Settings) (commands.Sender, error) {
-		sender, err := New(config(s))
-		if err != nil {
-			return nil, err
-		}
-		return sender, nil
-	},
+	New:   func(s *provider.Settings) (commands.Sender, error) { return provider.Built(New(config(s))) },
 }
 
 // check validates a provider block and warns when its receipts cannot come.

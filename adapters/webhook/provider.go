@@ -35,13 +35,7 @@ func ProviderType(process Process) provider.Type {
 		Check: func(s *provider.Settings) error {
 			return config(s, process).Validate()
 		},
-		New: func(s *provider.Settings) (commands.Sender, error) {
-			sender, err := New(config(s, process))
-			if err != nil {
-				return nil, err
-			}
-			return sender, nil
-		},
+		New: func(s *provider.Settings) (commands.Sender, error) { return provider.Built(New(config(s, process))) },
 	}
 }
 
