@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
-	"github.com/deliveryledger/ledger/adapters/limit"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/limit"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"

@@ -17,8 +17,8 @@ targets=(
 	"./adapters/httpapi FuzzQueriesAndPaths"
 	"./adapters/httpapi FuzzOperatorBodies"
 	"./domain FuzzRehydrate"
-	"./adapters/webhook FuzzParseRetryAfter"
-	"./adapters/webhook FuzzParseRetryAfterSeconds"
+	"./adapters/providers/webhook FuzzParseRetryAfter"
+	"./adapters/providers/webhook FuzzParseRetryAfterSeconds"
 )
 
 log=$(mktemp)

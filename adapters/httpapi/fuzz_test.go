@@ -17,7 +17,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
 	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )

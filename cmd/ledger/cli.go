@@ -80,18 +80,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sinkFS.StringVar(&so.webhookAddr, "addr", "127.0.0.1:8081", "address of the webhook receiver (port 0: any free port)")
 	sinkFS.IntVar(&so.webhookStatus, "webhook-status", http.StatusOK, "HTTP status the webhook receiver answers (503 to see retries, 410 to see a delivery die)")
 	sinkFS.StringVar(&so.smtpAddr, "smtp-addr", "127.0.0.1:2525", "loopback address of the SMTP server (off or empty: none)")
-	sinkFS.StringVar(&so.smtpBehaviour, "smtp-behaviour", "", "SMTP failures to answer, e.g. fail=rcpt:451,times=1 or drop-after-data (see adapters/email/smtpfake)")
+	sinkFS.StringVar(&so.smtpBehaviour, "smtp-behaviour", "", "SMTP failures to answer, e.g. fail=rcpt:451,times=1 or drop-after-data (see adapters/providers/email/smtpfake)")
 	sinkFS.StringVar(&so.telegramAddr, "telegram-addr", "127.0.0.1:8082", "loopback address of the Telegram Bot API (off or empty: none)")
 	sinkFS.StringVar(&so.telegramToken, "telegram-token", "123456:dev-bot-token", "the one bot token the Telegram fake accepts")
-	sinkFS.StringVar(&so.telegramBehaviour, "telegram-behaviour", "", "Telegram failures to answer, e.g. 429=2:3; chat-not-found=-100123 (see adapters/telegram/telegramfake)")
+	sinkFS.StringVar(&so.telegramBehaviour, "telegram-behaviour", "", "Telegram failures to answer, e.g. 429=2:3; chat-not-found=-100123 (see adapters/providers/telegram/telegramfake)")
 	sinkFS.StringVar(&so.twilioAddr, "twilio-addr", "127.0.0.1:8083", "loopback address of the Twilio Messages API, the twilio provider's base_url (off or empty: none)")
 	sinkFS.StringVar(&so.twilioAccountSID, "twilio-account-sid", defaultTwilioAccountSID, "the one account SID the Twilio fake accepts (basic auth user and the path's account; the provider's account_sid)")
 	sinkFS.StringVar(&so.twilioAuthToken, "twilio-auth-token", defaultTwilioAuthToken, "the auth token the Twilio fake accepts (basic auth password) and signs status callbacks with (X-Twilio-Signature); the ledger's auth_token_env holds the same")
-	sinkFS.StringVar(&so.twilioBehaviour, "twilio-behaviour", "", "Twilio failures to answer and callback timing, e.g. error=21211@+15005550001; error=20429*2; undelivered=30003@+15005550006; callback-delay=2s (see adapters/twilio/twiliofake)")
+	sinkFS.StringVar(&so.twilioBehaviour, "twilio-behaviour", "", "Twilio failures to answer and callback timing, e.g. error=21211@+15005550001; error=20429*2; undelivered=30003@+15005550006; callback-delay=2s (see adapters/providers/twilio/twiliofake)")
 	sinkFS.StringVar(&so.vonageAddr, "vonage-addr", "127.0.0.1:8084", "loopback address of the Vonage SMS API, the vonage provider's base_url (off or empty: none)")
 	sinkFS.StringVar(&so.vonageAPIKey, "vonage-api-key", defaultVonageAPIKey, "the one API key the Vonage fake accepts (the provider's api_key)")
 	sinkFS.StringVar(&so.vonageAPISecret, "vonage-api-secret", defaultVonageAPISecret, "the API secret the Vonage fake accepts with the key; the ledger's api_secret_env holds the same")
-	sinkFS.StringVar(&so.vonageBehaviour, "vonage-behaviour", "", "Vonage failures to answer and receipt timing, e.g. status=1:2; dlr=15005550006:failed:3; dlr-delay=2s (see adapters/vonage/vonagefake)")
+	sinkFS.StringVar(&so.vonageBehaviour, "vonage-behaviour", "", "Vonage failures to answer and receipt timing, e.g. status=1:2; dlr=15005550006:failed:3; dlr-delay=2s (see adapters/providers/vonage/vonagefake)")
 	sink := &ffcli.Command{
 		Name:       "sink",
 		ShortUsage: "ledger sink [flags]",

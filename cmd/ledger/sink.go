@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/email/smtpfake"
-	"github.com/deliveryledger/ledger/adapters/telegram/telegramfake"
-	"github.com/deliveryledger/ledger/adapters/twilio/twiliofake"
-	"github.com/deliveryledger/ledger/adapters/vonage/vonagefake"
+	"github.com/deliveryledger/ledger/adapters/providers/email/smtpfake"
+	"github.com/deliveryledger/ledger/adapters/providers/telegram/telegramfake"
+	"github.com/deliveryledger/ledger/adapters/providers/twilio/twiliofake"
+	"github.com/deliveryledger/ledger/adapters/providers/vonage/vonagefake"
 )
 
 // sinkOff, as the address of a fake, runs no such fake.

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/sms"
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/sms"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 )
 
 // producer sends the deliveries through the API, one Idempotency-Key each: to the webhook sink,

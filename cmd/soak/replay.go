@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 )
 
 // replayEvery is how often the operator replays the DLQ during a run.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
 

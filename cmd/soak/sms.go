@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/sms"
+	"github.com/deliveryledger/ledger/adapters/providers/sms"
 )
 
 // Settings of the SMS share. The credentials are the fakes' (nobody's account). A provider's

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/deliveryledger/ledger/adapters/sms"
+	"github.com/deliveryledger/ledger/adapters/providers/sms"
 	"github.com/deliveryledger/ledger/domain"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/sms"
+	"github.com/deliveryledger/ledger/adapters/providers/sms"
 	"github.com/deliveryledger/ledger/domain"
 )
 

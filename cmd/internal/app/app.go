@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
-	"github.com/deliveryledger/ledger/adapters/breaker"
-	"github.com/deliveryledger/ledger/adapters/fairshare"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/fairshare"
 	"github.com/deliveryledger/ledger/adapters/metrics"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"

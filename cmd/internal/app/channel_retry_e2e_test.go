@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/email/smtpfake"
+	"github.com/deliveryledger/ledger/adapters/providers/email/smtpfake"
 	"github.com/deliveryledger/ledger/domain"
 )
 

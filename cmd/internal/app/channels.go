@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/breaker"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
-	ptype "github.com/deliveryledger/ledger/adapters/provider"
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
+	ptype "github.com/deliveryledger/ledger/adapters/providers/provider"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/email/smtpfake"
-	"github.com/deliveryledger/ledger/adapters/telegram/telegramfake"
+	"github.com/deliveryledger/ledger/adapters/providers/email/smtpfake"
+	"github.com/deliveryledger/ledger/adapters/providers/telegram/telegramfake"
 	"github.com/deliveryledger/ledger/domain"
 )
 

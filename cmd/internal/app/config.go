@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
-	"github.com/deliveryledger/ledger/adapters/limit"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/limit"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"

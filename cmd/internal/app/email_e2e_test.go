@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/email/smtpfake"
+	"github.com/deliveryledger/ledger/adapters/providers/email/smtpfake"
 	"github.com/deliveryledger/ledger/domain"
 )
 
 // The email channel end to end: a running ledger (API, relay, worker) sends through an SMTP
 // fake on the loopback, and each SMTP failure of issue 14 is seen where an operator sees it, in
 // the delivery's state and history, and where the receiver sees it, in what the server was
-// asked (smtpfake.Counts). The adapter's own tests (adapters/email) call Send directly; these
+// asked (smtpfake.Counts). The adapter's own tests (adapters/providers/email) call Send directly; these
 // show that the workers, the retry tiers and the history carry each outcome through.
 
 // emailBundle is a ledger whose email channel sends through one SMTP fake.

@@ -12,9 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/deliveryledger/ledger/adapters/breaker"
-	ptype "github.com/deliveryledger/ledger/adapters/provider"
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
+	ptype "github.com/deliveryledger/ledger/adapters/providers/provider"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
 

@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/breaker"
 	"github.com/deliveryledger/ledger/adapters/httpapi"
-	"github.com/deliveryledger/ledger/adapters/limit"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
+	"github.com/deliveryledger/ledger/adapters/mechanisms/limit"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"

@@ -3,13 +3,13 @@ package app
 import (
 	"slices"
 
-	"github.com/deliveryledger/ledger/adapters/email"
+	"github.com/deliveryledger/ledger/adapters/providers/email"
 	// ptype: this package's own provider is the wiring's record of a configured provider.
-	ptype "github.com/deliveryledger/ledger/adapters/provider"
-	"github.com/deliveryledger/ledger/adapters/telegram"
-	"github.com/deliveryledger/ledger/adapters/twilio"
-	"github.com/deliveryledger/ledger/adapters/vonage"
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	ptype "github.com/deliveryledger/ledger/adapters/providers/provider"
+	"github.com/deliveryledger/ledger/adapters/providers/telegram"
+	"github.com/deliveryledger/ledger/adapters/providers/twilio"
+	"github.com/deliveryledger/ledger/adapters/providers/vonage"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 )
 
 // providerTypes are the provider types a configuration file may name, one line each, and

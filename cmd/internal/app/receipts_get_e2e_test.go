@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
-	"github.com/deliveryledger/ledger/adapters/vonage/vonagefake"
+	"github.com/deliveryledger/ledger/adapters/providers/vonage/vonagefake"
 	"github.com/deliveryledger/ledger/domain"
 )
 

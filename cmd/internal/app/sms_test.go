@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
-	"github.com/deliveryledger/ledger/adapters/twilio"
-	"github.com/deliveryledger/ledger/adapters/twilio/twiliofake"
-	"github.com/deliveryledger/ledger/adapters/vonage/vonagefake"
+	"github.com/deliveryledger/ledger/adapters/providers/twilio"
+	"github.com/deliveryledger/ledger/adapters/providers/twilio/twiliofake"
+	"github.com/deliveryledger/ledger/adapters/providers/vonage/vonagefake"
 	"github.com/deliveryledger/ledger/domain"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/telegram"
-	"github.com/deliveryledger/ledger/adapters/telegram/telegramfake"
+	"github.com/deliveryledger/ledger/adapters/providers/telegram"
+	"github.com/deliveryledger/ledger/adapters/providers/telegram/telegramfake"
 	"github.com/deliveryledger/ledger/domain"
 )
 

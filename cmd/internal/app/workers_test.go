@@ -1,7 +1,7 @@
 package app
 
 import (
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"os"
 	"path/filepath"
 

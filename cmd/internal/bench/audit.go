@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"strings"
 
 	"context"

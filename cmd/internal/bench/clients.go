@@ -22,7 +22,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/deliveryledger/ledger/adapters/webhook"
+	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 )
 
 // The clients phase measures what a user of the ledger gets: the ledger as a process of its own

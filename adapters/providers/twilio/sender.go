@@ -1,0 +1,427 @@
+// Package twilio is the provider adapter that sends a notification as an SMS through Twilio's
+// Messages API, or any gateway that speaks it, and reads what became of the message: from
+// Twilio's signed status callbacks (ParseReceipt) and from status lookups (Lookup).
+//
+// Like every provider adapter it reports each attempt as a typed domain.Outcome. A message
+// Twilio took is OutcomeAccepted: it is delivered when a receipt says so. The line between
+// "Twilio cannot have created the message" (transient, and NotSent: the attempt may fail over
+// at once) and "it may have" (unknown) is drawn at the moment the request was fully written,
+// observed through net/http/httptrace, as in adapters/providers/webhook and adapters/providers/telegram. The auth
+// token is the password of every call and the key of every callback's signature; the adapter
+// keeps it out of everything it records, returns or prints.
+package twilio
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/sms"
+	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/tracing"
+)
+
+var (
+	_ commands.Sender = (*Sender)(nil)
+	_ commands.Lookup = (*Sender)(nil)
+)
+
+const (
+	// maxResponseRead bounds what we read of an answer about one message. The largest honest
+	// one echoes the body (1600 characters, up to 12 bytes each when JSON escapes them as a
+	// surrogate pair) beside a kilobyte of other members: well under 64 KiB. Past that it is
+	// not Twilio answering, and a worker's memory is not the answerer's to fill.
+	maxResponseRead = 64 << 10
+	// maxDescription is how much of a text Twilio (or whatever answers in its place) wrote goes
+	// into the history: Twilio's messages are one sentence; a proxy's HTML page is cut.
+	maxDescription = 256
+	// MaxRetryAfter caps a Retry-After a 429 may carry: it is input from a peer (Twilio itself
+	// sends none; a gateway may), and without a cap a wrong value would park a delivery for
+	// years. The retry policy applies its own bound (domain.RetryPolicy.RetryAfterMax).
+	MaxRetryAfter = time.Hour
+
+	// Pooling: every call of an account goes to one host, up to sms.ProviderConcurrency at
+	// once, so keep that many idle connections to skip a TCP and TLS handshake per call.
+	maxIdleConnsPerHost = sms.ProviderConcurrency
+
+	// userAgent identifies the ledger in the logs of a gateway or proxy.
+	userAgent = "deliveryledger-twilio/1"
+	// apiVersion is the Messages API's version, part of every path.
+	apiVersion = "2010-04-01"
+)
+
+// messageSID is what a message id may be to be recorded and used in a path: Twilio's are SM or
+// MM and 32 hex digits; a compatible gateway may use another alphanumeric form.
+var messageSID = regexp.MustCompile(`^[A-Za-z0-9]{2,64}$`)
+
+// Sender sends messages through one Twilio account and sender, and asks Twilio about them. It
+// is safe for concurrent use; create one per account and share it, because it owns the
+// connection pool.
+type Sender struct {
+	provider  string
+	client    *http.Client
+	transport *http.Transport
+	timeout   time.Duration
+	// base is the base URL without a trailing slash, baseURL the same parsed; host is what
+	// messages name.
+	base    string
+	baseURL *url.URL
+	host    string
+	// messages is {base}/2010-04-01/Accounts/{account}/Messages.json.
+	messages       string
+	accountSID     string
+	authToken      string
+	from           string
+	statusCallback string
+	acceptDelivers bool
+	// secrets are the spellings of the auth token that redact removes from every recorded
+	// text: the token, and the basic-auth credentials that carry it.
+	secrets []string
+}
+
+// New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
+// the auth token.
+func New(cfg Config) (*Sender, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("twilio config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	base, err := url.Parse(strings.TrimSuffix(cfg.BaseURL, "/"))
+	if err != nil { // Validate parsed it already
+		return nil, errors.New("twilio config: base_url: not a URL")
+	}
+	transport := peer.Transport(maxIdleConnsPerHost)
+	s := &Sender{
+		provider: cfg.Provider,
+		client: &http.Client{
+			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
+			// A redirect is not followed: it would re-send the message (and the credentials)
+			// to a place nobody configured. Twilio never redirects, so a 3xx means base_url is
+			// wrong: permanent, and said so.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		transport:      transport,
+		timeout:        cfg.Timeout,
+		base:           base.String(),
+		baseURL:        base,
+		host:           base.Host,
+		messages:       base.String() + "/" + apiVersion + "/Accounts/" + cfg.AccountSID + "/Messages.json",
+		accountSID:     cfg.AccountSID,
+		authToken:      cfg.AuthToken,
+		from:           cfg.From,
+		statusCallback: cfg.StatusCallback,
+		acceptDelivers: cfg.DeliveredOn == DeliveredOnAccept,
+		secrets:        secretSpellings(cfg.AccountSID, cfg.AuthToken),
+	}
+	return s, nil
+}
+
+// secretSpellings lists the ways the auth token could appear in a text: whole, percent-encoded
+// (a URL or a form may print it so), and inside the basic-auth credentials a proxy may echo.
+func secretSpellings(account, token string) []string {
+	spellings := []string{token}
+	if escaped := url.QueryEscape(token); escaped != token {
+		spellings = append(spellings, escaped)
+	}
+	credentials := base64.StdEncoding.EncodeToString([]byte(account + ":" + token))
+	return append(spellings, credentials, strings.TrimRight(credentials, "="))
+}
+
+// Provider names the provider in the history and in metrics (Config.Provider).
+func (s *Sender) Provider() string { return s.provider }
+
+// Deduplicates is false: the Messages API takes no idempotency key, so a repeated create sends
+// a second message, and an attempt with an unknown outcome must not be repeated blindly (a
+// lookup by recipient, sender and text tells first).
+func (s *Sender) Deduplicates() bool { return false }
+
+// String names the sender without its auth token, so that printing a Sender (whose fields hold
+// the token) never writes the secret.
+func (s *Sender) String() string {
+	return "twilio.Sender{provider: " + s.provider + ", host: " + s.host + ", account: " + s.accountSID + "}"
+}
+
+// CloseIdleConnections closes the pooled connections that are not in use; call it on shutdown.
+func (s *Sender) CloseIdleConnections() { s.transport.CloseIdleConnections() }
+
+// apiMessage is a Message resource as Twilio answers it (the members the adapter reads).
+type apiMessage struct {
+	SID          string    `json:"sid"`
+	To           string    `json:"to"`
+	Body         string    `json:"body"`
+	Status       string    `json:"status"`
+	ErrorCode    codeValue `json:"error_code"`
+	ErrorMessage string    `json:"error_message"`
+	DateCreated  string    `json:"date_created"`
+	DateUpdated  string    `json:"date_updated"`
+}
+
+// apiError is Twilio's error answer.
+type apiError struct {
+	Code     codeValue `json:"code"`
+	Message  string    `json:"message"`
+	MoreInfo string    `json:"more_info"`
+	Status   int       `json:"status"`
+}
+
+// codeValue is an error code as Twilio writes it: a JSON number (error_code, code), which some
+// compatible gateways write as a string; null or absent is "".
+type codeValue string
+
+// UnmarshalJSON takes a number, a string or null.
+func (c *codeValue) UnmarshalJSON(b []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err == nil {
+		*c = codeValue(n.String())
+		return nil
+	}
+	var s *string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if s != nil {
+		*c = codeValue(*s)
+	}
+	return nil
+}
+
+// Send sends msg's text to the number msg.Recipient names and classifies what happened. It never
+// returns an error: every failure is an outcome. A recipient or payload that cannot be sent
+// fails without a network call; the call is bounded by the configured timeout and by ctx.
+func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outcome {
+	start := time.Now()
+	if err := sms.CheckNumber(msg.Recipient); err != nil {
+		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+	}
+	text, err := sms.Text(msg.Payload)
+	if err != nil {
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), err.Error())
+	}
+	form := url.Values{"To": {msg.Recipient}, "From": {s.from}, "Body": {text}}
+	if s.statusCallback != "" {
+		form.Set("StatusCallback", s.statusCallback)
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// written turns true once the whole request (headers and body) was handed to the
+	// connection: from then on Twilio may have created the message, and a failure is unknown,
+	// not transient. net/http waits for its write loop before returning an error, so the flag
+	// is settled when Do returns.
+	var written atomic.Bool
+	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				written.Store(true)
+			}
+		},
+	})
+	req, err := s.newRequest(callCtx, http.MethodPost, s.messages, strings.NewReader(form.Encode()))
+	if err != nil {
+		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the create request: unusable base_url")
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return s.transportOutcome(ctx, err, written.Load(), time.Since(start))
+	}
+	answer, readErr := readBounded(resp.Body, maxResponseRead)
+	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
+	return s.responseOutcome(resp, answer, readErr, time.Since(start))
+}
+
+// newRequest builds a call with the account's credentials.
+func (s *Sender) newRequest(ctx context.Context, method, target string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	req.SetBasicAuth(s.accountSID, s.authToken)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	return req, nil
+}
+
+// transportOutcome classifies a failure without an answer. written says whether the whole
+// request reached the connection; ctx is the attempt's own context.
+func (s *Sender) transportOutcome(ctx context.Context, err error, written bool, latency time.Duration) domain.Outcome {
+	cause := transportCause(err)
+	if written {
+		// A timeout waiting for the answer, a reset or EOF after the write: Twilio may have
+		// created the message, and only a lookup can tell.
+		o := s.outcome(domain.OutcomeUnknown, 0, latency,
+			fmt.Sprintf("create message at %s: request written, then %v; Twilio may have created the message", s.host, cause))
+		o.ProviderFault = true
+		return o
+	}
+	// Dial refused or timed out, DNS or TLS failure, a reset before the request was fully
+	// written: Twilio cannot have acted on a request it did not fully receive, so the attempt
+	// may go to the next provider at once. DNS failures are transient too: the host is the
+	// operator's setting, and a resolver that cannot find api.twilio.com is far likelier
+	// broken for a while than right.
+	o := s.outcome(domain.OutcomeTransient, 0, latency, fmt.Sprintf("create message at %s: %v", s.host, cause))
+	o.NotSent = true
+	// The attempt's own end (a shutdown, its deadline) before the request left is not the
+	// provider's doing; a dial that fails or times out on our timeout is.
+	o.ProviderFault = ctx.Err() == nil
+	return o
+}
+
+// transportCause is the error net/http returned without the *url.Error around it, which
+// repeats the whole URL.
+func transportCause(err error) error {
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return urlErr.Err
+	}
+	return err
+}
+
+// responseOutcome classifies an answer to a create.
+func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr error, latency time.Duration) domain.Outcome {
+	status := resp.StatusCode
+	if status >= 200 && status < 300 {
+		return s.acceptedOutcome(status, answer, readErr, latency)
+	}
+
+	var e apiError
+	parseErr := json.Unmarshal(answer, &e)
+	if parseErr != nil {
+		e = apiError{} // a type error leaves members decoded so far: none is to be believed
+	}
+	code, _ := strconv.Atoi(string(e.Code))
+	class := classifyAPIError(status, code)
+
+	text := fmt.Sprintf("Twilio answered HTTP %d", status)
+	switch {
+	case parseErr == nil && (e.Code != "" || e.Message != ""):
+		if e.Code != "" {
+			text += ", error " + s.peerText(string(e.Code))
+		}
+		if e.Message != "" {
+			text += ": " + s.peerText(e.Message)
+		}
+	case len(answer) > 0:
+		text += " " + http.StatusText(status) + ": " + s.peerText(string(answer))
+	default:
+		text += " " + http.StatusText(status)
+	}
+	switch {
+	case status >= 300 && status < 400:
+		// Location is not echoed: it may repeat the credentials' URL.
+		text += " (redirects are not followed; check base_url)"
+	case class.kind == domain.OutcomeUnknown:
+		text += "; Twilio may have created the message"
+	}
+	o := s.outcome(class.kind, status, latency, text)
+	o.ProviderFault = class.providerFault
+	if parseErr == nil && e.Code != "" {
+		o.ProviderCode = s.peerText(string(e.Code))
+	}
+	if class.kind == domain.OutcomeTransient {
+		o.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+	}
+	return o
+}
+
+// acceptedOutcome classifies a 2xx. Twilio answered, so it took the request, and may have
+// created the message whatever the body says; only an answer that names the message (a sid) is
+// an acceptance. Anything else (a body cut short or not Twilio's JSON, no sid) is unknown, not
+// transient: retrying could send the message twice. Err says what was missing.
+func (s *Sender) acceptedOutcome(status int, answer []byte, readErr error, latency time.Duration) domain.Outcome {
+	var m apiMessage
+	var why string
+	switch err := json.Unmarshal(answer, &m); {
+	case readErr != nil:
+		why = fmt.Sprintf("reading the answer failed: %v", readErr)
+	case err != nil:
+		why = "the answer is not Twilio's JSON"
+	case m.SID == "":
+		why = "the answer has no sid"
+	case !messageSID.MatchString(m.SID):
+		why = "the answer's sid is not a message id"
+	}
+	if why != "" {
+		o := s.outcome(domain.OutcomeUnknown, status, latency,
+			fmt.Sprintf("Twilio answered HTTP %d but %s; the message may have been created", status, why))
+		o.ProviderFault = true
+		return o
+	}
+	kind := domain.OutcomeAccepted
+	if st, known := statuses[m.Status]; s.acceptDelivers && (!known || st == commands.ReceiptPending || st == commands.ReceiptDelivered) {
+		// An acceptance that already says failed (a gateway may answer so) is left to the
+		// receipt and the lookup even then.
+		kind = domain.OutcomeDelivered
+	}
+	o := s.outcome(kind, status, latency, "")
+	o.ProviderOperationID = m.SID
+	o.ProviderCode = s.peerText(m.Status)
+	return o
+}
+
+// retryAfter reads a Retry-After in seconds, capped at MaxRetryAfter; zero when it is absent or
+// not a number of seconds, so a bad value never delays a retry beyond the ledger's schedule.
+func retryAfter(header string) time.Duration {
+	secs, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
+	if err != nil {
+		return 0
+	}
+	if secs >= uint64(MaxRetryAfter/time.Second) {
+		return MaxRetryAfter
+	}
+	return time.Duration(secs) * time.Second
+}
+
+// readBounded reads at most limit bytes of an answer. An answer longer than that is reported as
+// an error, so that a 2xx cut short is never read as proof of anything.
+func readBounded(body io.Reader, limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
+	if err != nil {
+		return b, err
+	}
+	if len(b) > limit {
+		return b[:limit], fmt.Errorf("the answer is longer than %d KiB", limit>>10)
+	}
+	return b, nil
+}
+
+// outcome fills the fields every outcome of this adapter has, and removes the auth token from
+// the recorded text whatever produced it.
+func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
+	return domain.Outcome{
+		Kind:       kind,
+		Class:      domain.ClassOf(kind),
+		Provider:   s.provider,
+		StatusCode: code,
+		Latency:    latency,
+		Err:        peer.Printable(s.redact(errText)),
+	}
+}
+
+// redact removes every spelling of the auth token from text. The messages above are built not
+// to contain it; this is the net under them, for texts that come from elsewhere (an error of
+// net/http, a proxy's error page that echoes the request).
+func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[auth token]") }
+
+// peerText prepares a text the peer wrote for the history: without the auth token (before it is
+// cut, so that no half of it survives the cut), on one printable line, at most maxDescription
+// bytes.
+func (s *Sender) peerText(text string) string { return clip(peer.Printable(s.redact(text))) }
+
+// clip bounds a text to maxDescription bytes, cut on a character boundary.
+func clip(text string) string { return peer.Clip(text, maxDescription) }
