@@ -93,8 +93,8 @@ func NotificationID(tenant, requestKey string) string {
 //
 // Time order is what makes the ledger's writes cheap: every index that starts with the delivery
 // id (the events' stream and idempotency-key indexes, the status view's key) takes new entries
-// at its right edge instead of at random pages, which on a log of hundreds of thousands of
-// events made inserts 2-2.5x cheaper. A repeated request does not derive the id again: it gets
+// at its right edge instead of at random pages, which keeps inserts cheap as the log grows
+// (docs/benchmarks.md, "Figures once kept in code comments"). A repeated request does not derive the id again: it gets
 // the stored answer of the first (accept_requests), so the same intent still names the same
 // deliveries.
 func DeliveryID(notificationID string, r Recipient, at time.Time) string {

@@ -18,9 +18,10 @@ import (
 type Channel struct {
 	// Name is the channel's name in requests, in the history, in metrics and in queue names.
 	Name string
-	// Providers are the channel's providers in the order an attempt tries them. An attempt goes
-	// to the first one today; failover by provider health (docs/design.md, "Channels and
-	// providers") walks this list.
+	// Providers are the channel's providers in failover order. An attempt goes to the first
+	// whose breaker admits it, and moves on to the next only when a call did not reach its
+	// provider (Outcome.NotSent); never after an unknown outcome (docs/design.md, "Channels and
+	// providers").
 	Providers []Sender
 	// Check validates a recipient, and the notification's payload as this channel reads it, at
 	// acceptance: what no provider could ever deliver is refused at the door. A refusal is an

@@ -1,6 +1,12 @@
-// Package commands holds the use cases of the ledger: accept, mark queued, start an attempt,
-// record an outcome. Each decides with the domain aggregate and appends the resulting events
-// through the ports declared here; none of them talks to a network peer.
+// Package commands holds the use cases of the ledger, one file each: accept (accept.go), record
+// queued (record_queued.go), the attempt (attempt.go: start it, start_attempt.go; call the
+// channel's providers with failover and breakers; record its outcome, record_outcome.go), defer
+// and reroute (defer_attempt.go), receipts (receipts.go), the reconciler's lookups
+// (reconciler.go), reconcile by an operator (reconcile.go), replay one or a page of deliveries
+// (replay.go), replay jobs (replay_jobs.go), the redrive of held work (redrive.go) and the
+// operators' reads (operator.go). Each decides with the domain aggregate (decide.go) and appends
+// the resulting events through the ports declared here (ports.go); only the attempt and the reconciler
+// talk to a network peer (a provider), and never inside a transaction.
 package commands
 
 import (

@@ -23,8 +23,7 @@ var statisticsTables = map[string]string{
 // Statistics thresholds: a table is analyzed again when it changed by as many rows as it holds
 // (it doubled), far lazier than autovacuum (50 rows + 10 %). The number that matters, how many
 // rows a key matches, is kept as a fraction of the table and scales with it; and every ANALYZE
-// makes every connection re-read the table's statistics (measured: loads stalled for up to 0.2 s
-// after each one when it ran every few seconds).
+// makes every connection re-read the table's statistics, which stalls loads when it runs often.
 const (
 	statisticsMinChanges = 1000
 	statisticsFraction   = 1.0
@@ -33,7 +32,7 @@ const (
 // statisticsStale lists the tables changed by more than the thresholds since their last ANALYZE,
 // whoever ran it (autovacuum included). It asks the statistics functions for the few tables
 // directly: the pg_stat_user_tables view computes its figures for every table of the database
-// first (measured: over 40 ms in a database holding many schemas).
+// first, which is slow in a database holding many schemas.
 const statisticsStale = `SELECT c.oid::regclass::text, t.name
 FROM unnest($1::text[]) AS t(name)
 JOIN pg_class c ON c.oid = to_regclass(t.name)
@@ -45,8 +44,7 @@ WHERE pg_stat_get_mod_since_analyze(c.oid) > $2
 //
 // The planner needs a table's statistics to know that a delivery id matches a handful of events:
 // without them it assumes a fixed fraction of the table, and a load of 64 streams becomes a
-// sequential scan of the whole events table (measured: 5 ms at 60,000 events, growing with the
-// log), as does an accept-request lookup. Autovacuum keeps statistics where it runs; where it is
+// sequential scan of the whole events table, growing with the log, as does an accept-request lookup. Autovacuum keeps statistics where it runs; where it is
 // off or has not yet woken (a new schema filling fast), nothing would.
 func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 	names := make([]string, 0, len(statisticsTables))

@@ -33,10 +33,8 @@ var _ execer = (*writeBatch)(nil)
 // planGenerically opens every writeBatch: for the rest of its transaction, a prepared statement
 // may run on a generic plan once PostgreSQL has found one as good as planning each execution,
 // which the pool's connections otherwise do (force_custom_plan, see Connect, which protects the
-// lookups). Planning an insert of parameter arrays costs about as much as running it; with the
-// writes on generic plans, PostgreSQL spent 0.116-0.127 ms of CPU per accept at 64 clients
-// instead of 0.129, and accepts went from 4,818-5,752 to 5,078-5,807 a second (three pairs of
-// runs, +7 % on average).
+// lookups). Planning an insert of parameter arrays costs about as much as running it, so the
+// batched writes skip it (figures: docs/benchmarks.md, "Figures once kept in code comments").
 const planGenerically = `SET LOCAL plan_cache_mode = auto`
 
 // Exec queues a statement; its result comes with send.

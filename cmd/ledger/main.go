@@ -14,14 +14,13 @@ import (
 // defaultGCPercent is the garbage collector's target unless GOGC is set. The ledger's live heap is
 // small (tens of megabytes: connections, in-flight requests and batches) while it allocates fast
 // (every request, event and message is encoded and decoded), so at Go's default of 100 it
-// collected several times a second. At 300, measured in `ledger bench` (three pairs of runs),
-// accepts at 64 clients went from 4,242-4,562 to 4,764-4,859 a second, for a peak resident size
-// of 70 MB instead of 46 MB.
+// collected several times a second; 300 trades some resident memory for fewer collections
+// (figures: docs/benchmarks.md, "Figures once kept in code comments").
 const defaultGCPercent = 300
 
 // defaultMemoryLimit is the Go runtime's soft memory limit unless GOMEMLIMIT is set. At GOGC 300
-// the heap may grow to four times what is live before a collection, and under a burst (64
-// clients, thousands of messages in flight) the process peaked above 100 MB. Near the limit the
+// the heap may grow to four times what is live before a collection, and under a burst (many
+// clients, thousands of messages in flight) it would grow past what a small host gives. Near the limit the
 // collector runs more often instead, which costs CPU only when the heap is that large; below it
 // GOGC alone decides, as before. A process whose live heap exceeds the limit keeps working (the
 // limit is soft) and collects often: raise GOMEMLIMIT for a larger deployment.

@@ -28,12 +28,10 @@ const (
 	defaultAMQPPrefix  = "ledger"
 	defaultHTTPAddr    = "127.0.0.1:8080"
 	// Worker slots per channel. A slot is held for a whole attempt: the start's commit, the call
-	// and the outcome's commit, so with a fast destination it waits mostly on the database. At 16
-	// the slots were the bottleneck: 600-730 deliveries a second at 16 and 64 closed-loop clients
-	// whatever else was set, with seconds of backlog; at 128 (with the host cap at 64) one
-	// process delivers within 10 % of unlimited hand-tuned settings at 1, 16 and 64 clients
-	// (`ledger bench`, clients phase). A slow destination cannot take them all: the per-host cap
-	// bounds its share at half.
+	// and the outcome's commit, so with a fast destination it waits mostly on the database, and
+	// too few slots become the bottleneck; 128 (with the host cap at 64) lets one process keep
+	// up with hand-tuned settings (docs/benchmarks.md, "Defaults that serve"). A slow
+	// destination cannot take them all: the per-host cap bounds its share at half.
 	defaultWorkerConcurrency = 128
 	defaultWebhookTimeout    = 10 * time.Second
 	defaultShutdownTimeout   = 30 * time.Second
