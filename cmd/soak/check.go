@@ -97,6 +97,8 @@ type history struct {
 	// terminal lists the terminal events of the current cycle (since the last replay).
 	terminal []domain.EventType
 	replays  int
+	// deaths counts the dead-lettering events (dead, reconciled dead): each replay answers one.
+	deaths int
 	// last is the latest event that is not a receipt: a receipt adds evidence after an
 	// outcome (a callback repeated, a lookup) and changes no state.
 	last domain.Event
@@ -142,6 +144,9 @@ func readHistory(events []domain.Event) (*history, error) {
 			h.terminal = append(h.terminal, e.Type)
 		case domain.EventReplayed:
 			h.terminal, h.replays = nil, h.replays+1
+		}
+		if e.Type == domain.EventDeadLettered || e.Type == domain.EventReconciledDead {
+			h.deaths++
 		}
 	}
 	return h, nil
@@ -208,10 +213,20 @@ func checkReplays(v *verdict, ev evidence, histories map[string]*history) {
 		}
 	}
 	v.Gone = len(gone)
-	for _, h := range histories {
+	doubled := 0
+	for id, h := range histories {
 		if h.replays > 0 {
 			v.Replayed++
 		}
+		// The soak replays dead deliveries only (never unknown ones), from the DLQ page and from
+		// two jobs at once: each replay must answer a death of its own.
+		if h.replays > h.deaths {
+			doubled++
+			v.example(id, fmt.Sprintf("replayed %d times after %d deaths", h.replays, h.deaths))
+		}
+	}
+	if doubled > 0 {
+		v.fail("%d deliveries were replayed more often than they died (a dead cycle replayed twice)", doubled)
 	}
 	if !ev.replaying {
 		return

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,11 @@ type replayer struct {
 	// replayed counts the deliveries the API reported replayed; failures the requests that got
 	// no answer or an error status.
 	replayed, failures atomic.Int64
+	// jobsStarted counts the replay jobs created, jobErrors those answered 5xx (the first few
+	// in jobFailures).
+	jobsStarted, jobErrors atomic.Int64
+	mu                     sync.Mutex
+	jobFailures            []string
 }
 
 func newReplayer(api string) *replayer {
@@ -100,5 +106,60 @@ func (p *replayer) loop(ctx context.Context) {
 		if err := p.once(ctx); err != nil && ctx.Err() == nil {
 			p.failures.Add(1)
 		}
+	}
+}
+
+// replayJobEvery is how often two operators start a replay job over the same page at once.
+const replayJobEvery = 1500 * time.Millisecond
+
+// jobs plays two operators who, unknown to each other, start a durable replay job over the same
+// filter (the dead webhooks) at the same moment, again and again while processes die: each job
+// has its own Idempotency-Key, so both are created. A delivery must be replayed once per dead
+// cycle however many jobs see it; an answer of 5xx is a failure (no answer at all is a kill).
+func (p *replayer) jobs(ctx context.Context) {
+	for round := 0; ; round++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(replayJobEvery):
+		}
+		done := make(chan struct{}, 2)
+		for _, who := range []string{"a", "b"} {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				p.startJob(ctx, fmt.Sprintf("soak-job-%d-%s", round, who))
+			}()
+		}
+		<-done
+		<-done
+	}
+}
+
+// startJob posts one replay job and counts its answer.
+func (p *replayer) startJob(ctx context.Context, key string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.api+"/v1/replays",
+		strings.NewReader(`{"reason":"soak: two operators replay the same page","channel":"`+webhook.Name+`"}`))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+soakAPIKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return // the API was killed mid-request
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode < 300:
+		p.jobsStarted.Add(1)
+	case resp.StatusCode >= 500:
+		p.jobErrors.Add(1)
+		p.mu.Lock()
+		if len(p.jobFailures) < 5 {
+			p.jobFailures = append(p.jobFailures, fmt.Sprintf("%s: %d %s", key, resp.StatusCode, strings.TrimSpace(string(body))))
+		}
+		p.mu.Unlock()
 	}
 }

@@ -59,6 +59,7 @@ type runner struct {
 	producer *producer
 	chaos    *chaos
 	tracker  *tracker
+	storm    *receiptStorm
 	replayer *replayer
 	// replaying: the ledger under test replays its DLQ over the API, and the soak does so all
 	// through the run.
@@ -183,11 +184,15 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	r.tracker.replaying = r.replaying
 	replayCtx, stopReplays := context.WithCancel(ctx)
 	defer stopReplays()
+	var background sync.WaitGroup
 	if r.replaying {
-		go r.replayer.loop(replayCtx)
+		background.Go(func() { r.replayer.loop(replayCtx) })
+		background.Go(func() { r.replayer.jobs(replayCtx) })
 	} else {
 		r.say("this ledger has no POST /v1/dlq/replay: dead deliveries stay dead")
 	}
+	r.storm = newReceiptStorm(r.api, postgres.NewEventStore(r.env.pool), r.acceptedIDs)
+	background.Go(func() { r.storm.loop(replayCtx) })
 	r.producer = newProducer(r.api, r.sink.URL(), smsPlan{r.o.SMSShare}, r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
 	r.chaos = newChaos(r.procs, r.seed, r.say)
 	if r.o.Twice {
@@ -203,6 +208,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	<-produced
 	r.waitSettled(ctx)
 	stopReplays()
+	background.Wait()
 
 	// The checks run even when the run timed out: use a context of their own.
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(parent), 3*time.Minute)
@@ -416,6 +422,12 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	for _, f := range chaosFailures {
 		v.fail("chaos: %s", f)
 	}
+	if n, first := r.storm.failures(); n > 0 {
+		v.fail("receipt storm: %d copies answered with an error: %s", n, strings.Join(first, "; "))
+	}
+	if n := r.replayer.jobErrors.Load(); n > 0 {
+		v.fail("replay jobs: %d answered 5xx: %s", n, strings.Join(r.replayer.jobFailures, "; "))
+	}
 	checkLog(ctx, v, r.env.pool, ids)
 	want := foldAll(streams)
 	checkAPIStatus(ctx, v, r.api, want)
@@ -470,9 +482,10 @@ func (r *runner) report(v *verdict, ev evidence) {
 	r.say("sms sends: twilio=%d vonage=%d (%s); duplicates %d (explained by unknown %d, unexplained %d)",
 		s.TwilioSends, s.VonageSends, killed, s.Duplicates, s.ByUnknown, s.Unexplained)
 	if r.replaying {
-		r.say("replays: %d deliveries answered 410 died, %d replayed through the DLQ (%d replay requests failed while processes died)",
-			v.Gone, v.Replayed, r.replayer.failures.Load())
+		r.say("replays: %d deliveries answered 410 died, %d replayed through the DLQ or a job (%d replay requests failed while processes died); %d replay jobs started two at a time over the same page",
+			v.Gone, v.Replayed, r.replayer.failures.Load(), r.replayer.jobsStarted.Load())
 	}
+	r.say("%s", r.storm.summary())
 	r.say("duplicates: %d (webhooks: same attempt called again %d, delivery resent after a 200 %d; explained by unknown %d, by a redelivery after a kill %d, unexplained %d; SMS again to a phone %d)",
 		v.Duplicates(), v.SameAttemptCalls, v.ResentAfterSuccess, v.ByUnknown, v.ByKill, v.Unexplained, v.SMS.Duplicates)
 	if !r.features.verify {
