@@ -18,11 +18,15 @@ run: build ## start PostgreSQL and RabbitMQ if needed, create and migrate the da
 services: ## make sure PostgreSQL and RabbitMQ are up and the test database exists
 	scripts/services.sh $(TEST_DB)
 
+# lint also holds docs/openapi.yaml to generated clients (scripts/openapi.sh): redocly lint, and the
+# committed Go client (cmd/internal/apiclient, whose test go test runs) regenerated and compared.
 lint: ## go vet, gofmt, and the rule that domain/ imports only the standard library
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	@bad=$$($(GO) list -f '{{join .Imports "\n"}}{{"\n"}}{{join .TestImports "\n"}}' ./domain/ | grep -E '^[^/]+\.[^/]+/' | grep -v '^$$' || true); \
 	if [ -n "$$bad" ]; then echo "domain/ imports outside the standard library: $$bad"; exit 1; fi
+	scripts/openapi.sh lint
+	scripts/openapi.sh check
 
 alerts: ## check deploy/prometheus (rules, config) and run the alerting rules' unit tests
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
