@@ -565,53 +565,135 @@ func (p *fileParser) hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-// retry parses a channel's retry block: exponential (base, cap, max_attempts) or an explicit
-// schedule.
+// retryStrategies are the strategies a channel's retry block names (strategy: NAME), the first
+// the default (a block with a schedule and no strategy is a schedule): the keys each takes
+// beside strategy, and how it is made from them. A new strategy is one type in domain and one
+// entry here.
+var retryStrategies = []retryStrategy{
+	{"exponential", []string{"base", "cap", "max_attempts"}, func(r retryBlock) domain.RetryStrategy {
+		return domain.Exponential{Base: r.base, Cap: r.cap}
+	}},
+	{"schedule", []string{"schedule"}, func(r retryBlock) domain.RetryStrategy { return domain.Schedule(r.schedule) }},
+	{"quadratic", []string{"base", "cap", "max_attempts"}, func(r retryBlock) domain.RetryStrategy {
+		return domain.Quadratic{Base: r.base, Cap: r.cap}
+	}},
+}
+
+// retryStrategy is one strategy a retry block may name.
+type retryStrategy struct {
+	name string
+	keys []string
+	make func(r retryBlock) domain.RetryStrategy
+}
+
+// retryBlock is what a channel's retry block gives, with the nodes of the keys it has.
+type retryBlock struct {
+	base, cap   time.Duration
+	schedule    []time.Duration
+	maxAttempts int
+	nodes       map[string]*yaml.Node
+}
+
+// retry parses a channel's retry block: a strategy (exponential, the default; schedule;
+// quadratic) and its keys, each delay within what a delay queue holds, then the bounds of the
+// policy as a whole (domain.RetryPolicy.Validate).
 func (p *fileParser) retry(n *yaml.Node, field string) *domain.RetryPolicy {
-	var policy domain.RetryPolicy
-	var maxAttempts *yaml.Node
+	r := retryBlock{nodes: map[string]*yaml.Node{}}
+	strategy := ""
+	before := len(p.problems)
 	for _, kv := range p.mapping(n, field) {
 		f := field + "." + kv.key
+		r.nodes[kv.key] = kv.keyNode
 		switch kv.key {
+		case "strategy":
+			strategy = p.str(kv.value, f)
 		case "base":
-			policy.Base = p.duration(kv.value, f)
+			r.base = p.retryDelay(kv.value, f)
 		case "cap":
-			policy.Cap = p.duration(kv.value, f)
+			r.cap = p.retryDelay(kv.value, f)
 		case "max_attempts":
-			maxAttempts = kv.value
-			if policy.MaxAttempts = p.integer(kv.value, f); policy.MaxAttempts < 1 {
-				p.fail(kv.value, f, "must be at least 1")
+			if r.maxAttempts = p.integer(kv.value, f); r.maxAttempts < 1 || r.maxAttempts > domain.MaxAttemptsLimit {
+				p.fail(kv.value, f, "must be from 1 to %d", domain.MaxAttemptsLimit)
 			}
 		case "schedule":
 			if kv.value.Kind != yaml.SequenceNode || len(kv.value.Content) == 0 {
 				p.fail(kv.value, f, "want a list of delays such as [1s, 4s, 9s]")
 				continue
 			}
+			if len(kv.value.Content) > domain.MaxAttemptsLimit-1 {
+				p.fail(kv.value, f, "%d delays: at most %d (n delays are n+1 attempts, at most %d)", len(kv.value.Content), domain.MaxAttemptsLimit-1, domain.MaxAttemptsLimit)
+				continue
+			}
 			for i, item := range kv.value.Content {
-				policy.Schedule = append(policy.Schedule, p.duration(item, fmt.Sprintf("%s[%d]", f, i)))
+				r.schedule = append(r.schedule, p.retryDelay(item, fmt.Sprintf("%s[%d]", f, i)))
 			}
 		default:
-			p.unknown(kv.keyNode, f, "base, cap, max_attempts, schedule")
+			p.unknown(kv.keyNode, f, "strategy, base, cap, max_attempts, schedule")
 		}
 	}
+	if strategy == "" && r.nodes["strategy"] == nil {
+		strategy = retryStrategies[0].name
+		if r.nodes["schedule"] != nil {
+			strategy = "schedule"
+		}
+	}
+	i := slices.IndexFunc(retryStrategies, func(s retryStrategy) bool { return s.name == strategy })
+	if i < 0 {
+		var names []string
+		for _, s := range retryStrategies {
+			names = append(names, s.name)
+		}
+		p.fail(n, field+".strategy", "unknown strategy %q (known: %s)", strategy, strings.Join(names, ", "))
+		return &domain.RetryPolicy{}
+	}
+	s := retryStrategies[i]
+	var foreign []string
+	for key := range r.nodes {
+		if key != "strategy" && !slices.Contains(s.keys, key) {
+			foreign = append(foreign, key)
+		}
+	}
+	slices.Sort(foreign)
 	switch {
-	case len(policy.Schedule) > 0 && (policy.Base != 0 || policy.Cap != 0 || maxAttempts != nil):
-		p.fail(n, field, "a schedule gives its own delays and attempts (n delays, n+1 attempts): leave out base, cap and max_attempts")
-	case len(policy.Schedule) > 0:
-		policy.MaxAttempts = len(policy.Schedule) + 1
-	default:
-		if policy.Base == 0 {
-			policy.Base = domain.DefaultRetryBase
+	case s.name == "schedule" && len(foreign) > 0:
+		p.fail(n, field, "a schedule gives its own delays and attempts (n delays, n+1 attempts): leave out %s", strings.Join(foreign, ", "))
+	case len(foreign) > 0:
+		p.fail(r.nodes[foreign[0]], field+"."+foreign[0], "strategy %s takes %s", s.name, strings.Join(s.keys, ", "))
+	case s.name == "schedule" && r.nodes["schedule"] == nil:
+		p.fail(n, field+".schedule", "required by strategy schedule: the delays after attempt 1, 2, ..., such as [1s, 4s, 9s]")
+	}
+	if s.name == "schedule" {
+		r.maxAttempts = len(r.schedule) + 1
+	} else {
+		if r.base == 0 {
+			r.base = domain.DefaultRetryBase
 		}
-		if policy.Cap == 0 {
-			policy.Cap = max(domain.DefaultRetryCap, policy.Base)
+		if r.cap == 0 && s.name == "exponential" {
+			r.cap = max(domain.DefaultRetryCap, r.base)
 		}
-		if policy.Cap < policy.Base {
-			p.fail(n, field+".cap", "must be at least base (%s)", policy.Base)
+		if r.cap != 0 && r.cap < r.base {
+			p.fail(n, field+".cap", "must be at least base (%s)", r.base)
 		}
-		if maxAttempts == nil {
-			policy.MaxAttempts = domain.DefaultMaxAttempts
+		if r.nodes["max_attempts"] == nil {
+			r.maxAttempts = domain.DefaultMaxAttempts
 		}
 	}
-	return &policy
+	policy := &domain.RetryPolicy{Strategy: s.make(r), MaxAttempts: r.maxAttempts}
+	if len(p.problems) == before {
+		// What no one key shows: too many distinct waits, a square beyond the longest tier.
+		for _, problem := range ptype.Problems(policy.Validate()) {
+			p.fail(n, field, "%v", problem)
+		}
+	}
+	return policy
+}
+
+// retryDelay reads a delay of a retry block: a duration a delay queue can hold.
+func (p *fileParser) retryDelay(n *yaml.Node, field string) time.Duration {
+	before := len(p.problems)
+	d := p.duration(n, field)
+	if len(p.problems) == before && (d < domain.MinRetryDelay || d > domain.MaxRetryDelay) {
+		p.fail(n, field, "must be from %s to %s: each delay is a RabbitMQ queue's TTL, which counts whole milliseconds up to 2^32-1", domain.MinRetryDelay, domain.MaxRetryDelay)
+	}
+	return d
 }

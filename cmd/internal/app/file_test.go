@@ -3,6 +3,8 @@ package app
 import (
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -52,18 +54,64 @@ func TestParseFileTakesTheDocumentedShape(t *testing.T) {
 		t.Fatalf("telegram provider %+v", tg)
 	}
 	email := f.Channels[1].Retry
-	if email == nil || len(email.Schedule) != 3 || email.MaxAttempts != 4 || email.Base != 0 {
+	if sched, _ := email.Strategy.(domain.Schedule); email == nil || !slices.Equal(sched, domain.Schedule{time.Second, 4 * time.Second, 9 * time.Second}) || email.MaxAttempts != 4 {
 		t.Fatalf("email retry %+v, want a schedule of 3 delays and 4 attempts", email)
 	}
 	tg := f.Channels[2].Retry
-	if tg == nil || tg.Base != time.Second || tg.Cap != time.Minute || tg.MaxAttempts != 4 {
+	if tg == nil || tg.Strategy != (domain.Exponential{Base: time.Second, Cap: time.Minute}) || tg.MaxAttempts != 4 {
 		t.Fatalf("telegram retry %+v", tg)
 	}
 	if f.Channels[0].Retry != nil {
 		t.Fatal("a channel without retry got a policy of its own")
 	}
-	if err := (domain.RetryPolicy{Schedule: email.Schedule, MaxAttempts: email.MaxAttempts}).Validate(); err != nil {
+	if err := email.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParseFileTakesRetryStrategies: a retry block names its strategy; quadratic is seed 001's
+// 1 s, 4 s, 9 s and then dead at 4 attempts; the spellings without a strategy keep working.
+func TestParseFileTakesRetryStrategies(t *testing.T) {
+	t.Parallel()
+	const file = "channels:\n" +
+		"  webhook: {providers: [webhook], retry: {strategy: quadratic, base: 1s, max_attempts: 4}}\n" +
+		"  email: {providers: [smtp], retry: {strategy: schedule, schedule: [2s, 1m]}}\n" +
+		"  telegram: {providers: [tg], retry: {strategy: exponential, base: 2s, cap: 1m}}\n" +
+		"providers:\n  webhook: {type: webhook}\n  smtp: {type: smtp, host: h, port: 25, from: a@b.c}\n  tg: {type: telegram, token_env: G}\n"
+	f, err := ParseFile("f.yaml", []byte(file), env(map[string]string{"G": "1:abc"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.Channels[0].Retry
+	if q == nil || q.Strategy != (domain.Quadratic{Base: time.Second}) || q.MaxAttempts != 4 {
+		t.Fatalf("quadratic retry %+v", q)
+	}
+	p := *q
+	p.RetryAfterMax = time.Hour
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for attempt, want := range []time.Duration{time.Second, 4 * time.Second, 9 * time.Second} {
+		if got := p.NextAttemptAt(attempt+1, time.Time{}, 0.5, 0).Sub(time.Time{}); got != want {
+			t.Errorf("quadratic: wait after attempt %d %s, want %s", attempt+1, got, want)
+		}
+	}
+	if got := p.Tiers(); !slices.Equal(got, []time.Duration{time.Second, 4 * time.Second, 9 * time.Second}) {
+		t.Errorf("quadratic tiers %v", got)
+	}
+	if sched, _ := f.Channels[1].Retry.Strategy.(domain.Schedule); !slices.Equal(sched, domain.Schedule{2 * time.Second, time.Minute}) || f.Channels[1].Retry.MaxAttempts != 3 {
+		t.Errorf("schedule retry %+v", f.Channels[1].Retry)
+	}
+	if tg := f.Channels[2].Retry; tg.Strategy != (domain.Exponential{Base: 2 * time.Second, Cap: time.Minute}) || tg.MaxAttempts != domain.DefaultMaxAttempts {
+		t.Errorf("exponential retry %+v", tg)
+	}
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := checkFile(path, DefaultConfig(), env(map[string]string{"G": "1:abc"}))
+	if text := strings.Join(lines, "\n"); err != nil || !strings.Contains(text, "channel webhook: providers [webhook]; retry quadratic from 1s (1s, 4s, 9s, ...), 4 attempts") {
+		t.Errorf("config check: %v\n%s", err, text)
 	}
 }
 
@@ -89,6 +137,12 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 		{"bad values", "channels:\n  email:\n    providers: [smtp]\n    retry: {base: 1m, cap: 1s}\nproviders:\n  smtp:\n    type: smtp\n    host: h\n    port: 99999\n    tls: sometimes\n    from: a@b.c\n    timeout: soon\n",
 			[]string{"f.yaml:9: providers.smtp.port: must be from 1 to 65535", "f.yaml:10: providers.smtp.tls: want starttls",
 				"f.yaml:12: providers.smtp.timeout: want a duration", "channels.email.retry.cap: must be at least base"}},
+		{"unknown strategy", "channels:\n  webhook:\n    providers: [webhook]\n    retry: {strategy: fibonacci}\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{`f.yaml:4: channels.webhook.retry.strategy: unknown strategy "fibonacci" (known: exponential, schedule, quadratic)`}},
+		{"a key of another strategy", "channels:\n  webhook:\n    providers: [webhook]\n    retry:\n      strategy: quadratic\n      schedule: [1s]\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{"f.yaml:6: channels.webhook.retry.schedule: strategy quadratic takes base, cap, max_attempts"}},
+		{"schedule without one", "channels:\n  webhook: {providers: [webhook], retry: {strategy: schedule}}\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{"f.yaml:2: channels.webhook.retry.schedule: required by strategy schedule"}},
 		{"schedule with base", "channels:\n  webhook: {providers: [webhook], retry: {schedule: [1s], base: 1s}}\nproviders:\n  webhook: {type: webhook}\n",
 			[]string{"channels.webhook.retry: a schedule gives its own delays"}},
 		{"unknown channel", "channels:\n  pigeon: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n",
