@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -260,6 +261,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MetricsAddr == "" {
 		errs = append(errs, errors.New("--metrics-addr is empty (off turns /metrics off)"))
+	}
+	if math.IsNaN(c.HostRate) || math.IsInf(c.HostRate, 0) || c.HostRate < 0 {
+		errs = append(errs, fmt.Errorf("--host-rate %v: want a finite number of calls a second, 0 or more", c.HostRate))
 	}
 	if c.ProviderConcurrency < ProviderDefault {
 		errs = append(errs, fmt.Errorf("--provider-concurrency %d: want -1 (the provider's default), 0 (unlimited) or a cap", c.ProviderConcurrency))
