@@ -60,8 +60,10 @@ const (
 	// MinRetryDelay is the shortest wait: a queue's TTL counts whole milliseconds, and a shorter
 	// one would be a tier of 0 ms that returns the message at once.
 	MinRetryDelay = time.Millisecond
-	// MaxRetryDelay is the longest wait a delay tier holds: RabbitMQ takes an x-message-ttl of
-	// at most 2^32-1 ms (about 49.7 days) and refuses to declare a queue with more.
+	// MaxRetryDelay is the longest wait a delay tier holds: the x-message-ttl RabbitMQ documents
+	// for a queue, 2^32-1 ms (about 49.7 days). A broker's own limit varies by version (3.10
+	// takes up to ten years and refuses more with value_too_large); the documented one holds on
+	// every broker, and a longer wait goes round the longest tier again.
 	MaxRetryDelay = (1<<32 - 1) * time.Millisecond
 	// MaxAttemptsLimit is the most attempts one cycle may have (LEDGER_MAX_ATTEMPTS, a channel's
 	// max_attempts, a schedule's delays plus one): beyond it a delivery retries for months.
@@ -152,7 +154,7 @@ func tierBounds(tiers []time.Duration) []error {
 		problems = append(problems, fmt.Errorf("the shortest wait %s is below %s: delay queues count whole milliseconds", tiers[0], MinRetryDelay))
 	}
 	if last := tiers[len(tiers)-1]; last > MaxRetryDelay {
-		problems = append(problems, fmt.Errorf("the longest wait %s is beyond %s, the longest TTL RabbitMQ gives a delay queue (2^32-1 ms)", last, MaxRetryDelay))
+		problems = append(problems, fmt.Errorf("the longest wait %s is beyond %s, the longest TTL RabbitMQ documents for a delay queue (2^32-1 ms)", last, MaxRetryDelay))
 	}
 	return problems
 }

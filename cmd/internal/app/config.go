@@ -284,7 +284,7 @@ func (c *Config) validateRetry() []error {
 	case c.RetryBase < domain.MinRetryDelay:
 		errs = append(errs, fmt.Errorf("--retry-base %s is below %s: delay queues count whole milliseconds", c.RetryBase, domain.MinRetryDelay))
 	case c.RetryCap > domain.MaxRetryDelay:
-		errs = append(errs, fmt.Errorf("--retry-cap %s is beyond %s, the longest TTL RabbitMQ gives a delay queue (2^32-1 ms)", c.RetryCap, domain.MaxRetryDelay))
+		errs = append(errs, fmt.Errorf("--retry-cap %s is beyond %s, the longest TTL RabbitMQ documents for a delay queue (2^32-1 ms)", c.RetryCap, domain.MaxRetryDelay))
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > domain.MaxAttemptsLimit {
 		errs = append(errs, fmt.Errorf("--max-attempts %d: want 1 to %d", c.MaxAttempts, domain.MaxAttemptsLimit))
