@@ -56,7 +56,7 @@ func TestDatabaseOutageKeepsTheMessage(t *testing.T) {
 	attempts, err := commands.NewAttemptHandler(commands.AttemptConfig{Store: store, Clock: clock, Channels: channels, Limiter: lim,
 		Topics: amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}},
 		Policies: func(string) domain.RetryPolicy {
-			return domain.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 3}
+			return domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestRedeliveredStartedAttemptIsUnknownEvenWhenLimited(t *testing.T) {
 	store := postgres.NewEventStore(schema.Pool)
 	clock := commands.SystemClock{}
 	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 3}
+	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
 
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
 		Recipient: "https://slow.example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, clock.Now())

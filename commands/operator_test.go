@@ -34,7 +34,7 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second, time.Minute}}
 	clock := commands.SystemClock{}
 	policies := func(string) domain.RetryPolicy {
-		return domain.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 3}
+		return domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
 	}
 	return &operatorFixture{schema: schema, store: store, topics: topics,
 		start:     commands.NewStartAttemptHandler(store, clock),

@@ -22,7 +22,7 @@ func TestLateOutcomeResolvesUnknown(t *testing.T) {
 	store := postgres.NewEventStore(schema.Pool)
 	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
 	clock := commands.SystemClock{}
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 3}
+	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
 
 	d := acceptedDelivery(t, store)
 	start := commands.NewStartAttemptHandler(store, clock)

@@ -42,7 +42,7 @@ func TestQueuedRecorderRecordsOnlyWhatWaits(t *testing.T) {
 	startAttempt(taken, 1)
 	startAttempt(retrying, 1)
 	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Second, MaxAttempts: 3}
+	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
 	record := commands.NewRecordOutcomeHandler(store, topics, clock, func(string) domain.RetryPolicy { return policy })
 	if state, err := record.Handle(ctx, commands.RecordOutcome{DeliveryID: retrying.ID(), Attempt: 1,
 		Outcome: domain.Outcome{Kind: domain.OutcomeTransient, Class: domain.ClassTransient, Provider: "webhook", StatusCode: 503}}); err != nil || state != domain.StateRetrying {

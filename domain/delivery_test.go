@@ -280,7 +280,7 @@ func assertSameDelivery(t *testing.T, got, want *Delivery) {
 func TestTransientWithAttemptsLeftRetries(t *testing.T) {
 	t.Parallel()
 
-	policy := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Strategy: Exponential{Base: 30 * time.Second, Cap: 30 * time.Minute}, MaxAttempts: 3}
 	s := processing(t, validSpec())
 	events := s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient, StatusCode: 503},
 		policy, testNow, 0.5))
@@ -323,7 +323,7 @@ func TestTransientWithAttemptsLeftRetries(t *testing.T) {
 func TestRetryAfterLongerThanJitteredDelayWins(t *testing.T) {
 	t.Parallel()
 
-	policy := RetryPolicy{Base: 30 * time.Second, Cap: 30 * time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Strategy: Exponential{Base: 30 * time.Second, Cap: 30 * time.Minute}, MaxAttempts: 3}
 	tests := []struct {
 		name       string
 		retryAfter time.Duration
@@ -349,7 +349,7 @@ func TestRetryAfterLongerThanJitteredDelayWins(t *testing.T) {
 func TestTransientAtLastAttemptIsExhausted(t *testing.T) {
 	t.Parallel()
 
-	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Strategy: Exponential{Base: time.Second, Cap: time.Minute}, MaxAttempts: 3}
 	spec := validSpec()
 	spec.MaxAttempts = 3
 	s := processing(t, spec)
@@ -492,7 +492,7 @@ func TestRecordOutcomeForWrongAttemptIsStale(t *testing.T) {
 func TestQueueFromRetryingIsNextAttempt(t *testing.T) {
 	t.Parallel()
 
-	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	policy := RetryPolicy{Strategy: Exponential{Base: time.Second, Cap: time.Minute}, MaxAttempts: 3}
 	spec := validSpec()
 	s := processing(t, spec)
 	s.add(t)(s.d.RecordOutcome(1, Outcome{Kind: OutcomeTransient}, policy, testNow, 0.3))
@@ -709,7 +709,7 @@ func TestDeferKeepsAttemptAndCountsDeferrals(t *testing.T) {
 func TestReconcileResolvesOnlyUnknown(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 2}
+	policy := RetryPolicy{Strategy: Exponential{Base: time.Second, Cap: time.Minute}, MaxAttempts: 2}
 	unknownAt := func(t *testing.T, maxAttempts int) *Delivery {
 		d, _, err := Accept(AcceptSpec{ID: "r1", Tenant: "t", Channel: "webhook", Recipient: "https://x",
 			Payload: json.RawMessage(`{}`), Priority: PriorityNormal, MaxAttempts: maxAttempts}, now)
@@ -787,7 +787,7 @@ func TestFirstQueuedIsQueueAfterAccept(t *testing.T) {
 // another key; anything but a dead delivery refuses.
 func TestReplayOpensANewCycle(t *testing.T) {
 	t.Parallel()
-	policy := RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 2}
+	policy := RetryPolicy{Strategy: Exponential{Base: time.Second, Cap: time.Minute}, MaxAttempts: 2}
 	spec := validSpec()
 	spec.MaxAttempts = 2
 	s := processing(t, spec)

@@ -212,7 +212,7 @@ func (h *history) lateReceipt(rng *rand.Rand, policy domain.RetryPolicy, step in
 
 // run walks the delivery through random transitions until it stops (in any state).
 func (h *history) run(rng *rand.Rand) {
-	policy := domain.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3}
+	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Minute}, MaxAttempts: 3}
 	for steps := 0; steps < 25; steps++ {
 		if rng.IntN(12) == 0 {
 			return // in flight, or waiting: not every delivery is finished

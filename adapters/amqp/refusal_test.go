@@ -33,3 +33,22 @@ func TestDeclareRefusalNamesTheWayOut(t *testing.T) {
 		t.Fatalf("declaring another delivery limit: %v, want a refusal that names the setting and the way out", err)
 	}
 }
+
+// TestDeclareRefusalOfAValueNamesIt: a delay tier whose TTL RabbitMQ takes for no queue
+// (value_too_large) is refused as such, not with the advice of a queue that exists with other
+// arguments (a new LEDGER_AMQP_PREFIX would be refused the same way).
+func TestDeclareRefusalOfAValueNamesIt(t *testing.T) {
+	t.Parallel()
+	topo := amqp.Topology{Prefix: amqptest.Prefix(), Channels: []string{"webhook"}, Tiers: []time.Duration{(1 << 40) * time.Millisecond}}
+	conn := amqptest.Dial(t)
+	t.Cleanup(func() {
+		if err := topo.Delete(amqptest.Dial(t)); err != nil {
+			t.Errorf("clean up topology: %v", err)
+		}
+	})
+	_, err := topo.Declare(conn)
+	if err == nil || !strings.Contains(err.Error(), "value_too_large") || strings.Contains(err.Error(), "LEDGER_AMQP_PREFIX") ||
+		!strings.Contains(err.Error(), "a delay tier's TTL is at most 2^32-1 ms") {
+		t.Fatalf("declaring a tier of 2^40 ms: %v, want the value named, without the advice of a new prefix", err)
+	}
+}

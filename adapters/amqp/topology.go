@@ -326,6 +326,12 @@ func (t Topology) refused(name string, err error) error {
 	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp091.PreconditionFailed {
 		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
+	if strings.Contains(amqpErr.Reason, "invalid arg") {
+		// A value the broker takes for no queue (a TTL beyond its longest): a new prefix would
+		// be refused the same way.
+		return fmt.Errorf("declare queue %s: %w (RabbitMQ takes no queue with this argument's value: a delay tier's TTL "+
+			"is at most 2^32-1 ms, about 49.7 days; see docs/configuration.md, \"A channel's retry\")", name, err)
+	}
 	queueType := t.QueueType
 	if queueType == "" {
 		queueType = QueueClassic

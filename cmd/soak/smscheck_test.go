@@ -29,7 +29,7 @@ func deliveredSMS(t *testing.T, c smsCase) []domain.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := domain.RetryPolicy{Schedule: smsSchedule, MaxAttempts: 5}
+	policy := domain.RetryPolicy{Strategy: domain.Schedule(smsSchedule), MaxAttempts: 5}
 	steps := []func() ([]domain.Event, error){
 		func() ([]domain.Event, error) { return d.Queue(now) },
 		func() ([]domain.Event, error) { return d.StartAttempt(twilioProvider, now) },

@@ -49,15 +49,17 @@ const (
 	String Kind = iota
 	// Int is a whole number from Key.Min to Key.Max.
 	Int
-	// Number is a positive number.
+	// Number is a positive, finite number (NaN and Inf are refused: they pass every bound).
 	Number
 	// Duration is a positive Go duration (10s, 1m30s).
 	Duration
-	// URL is an absolute http or https URL with a host.
+	// URL is an absolute http or https URL with a host and, when it gives one, a port from 1 to
+	// 65535.
 	URL
 	// Secret is the name of the environment variable holding a secret (the key ends in _env):
 	// secrets are never written in the file, which ends up in version control and backups.
-	// Settings give the variable's value.
+	// Settings give the variable's value. A value that is no variable's name
+	// ([A-Za-z_][A-Za-z0-9_]*) is refused without being repeated: it may be the secret itself.
 	Secret
 )
 

@@ -147,3 +147,32 @@ func TestRequestMaxAttemptsWithinTheChannelsPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestChannelQuadraticRetryThroughTheBroker: a channel's `strategy: quadratic` declares the delay
+// tiers of its squares and holds its retries in them: base 50ms gives 50ms, 200ms and 450ms
+// between four attempts, then dead, while the server's policy would wait 2 s each time.
+func TestChannelQuadraticRetryThroughTheBroker(t *testing.T) {
+	t.Parallel()
+	path := writeLedgerFile(t, `channels:
+  webhook: {providers: [hook], retry: {strategy: quadratic, base: 50ms, max_attempts: 4}}
+providers:
+  hook: {type: webhook, timeout: 2s}
+`)
+	b := setupE2E(t, "", func(c *Config) {
+		c.ConfigFile = path
+		c.RetryBase, c.RetryCap = globalTier, globalTier
+	})
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusServiceUnavailable, nil })
+	id := b.accept(t, "quadratic", b.sink.URL+"/down", domain.PriorityNormal)
+	b.waitState(t, id, domain.StateDead, 15*time.Second)
+	starts := attemptStarts(b.history(t, id))
+	if len(starts) != 4 {
+		t.Fatalf("%d attempts, want 4", len(starts))
+	}
+	for i, delay := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond} {
+		if gap := starts[i+1].Sub(starts[i]); gap < delay || gap >= globalTier/2 {
+			t.Errorf("attempt %d started %s after attempt %d, want at least %s and under %s (the server's tier is %s)",
+				i+2, gap, i+1, delay, globalTier/2, globalTier)
+		}
+	}
+}

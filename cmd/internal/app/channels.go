@@ -180,10 +180,8 @@ func checkFile(path string, cfg Config, getenv func(string) (string, bool)) ([]s
 			providers = append(providers, p.Provider())
 		}
 		retry := "the server's retry policy"
-		if p, ok := policies[name]; ok && len(p.Schedule) > 0 {
-			retry = fmt.Sprintf("retry schedule %v (%d attempts)", p.Schedule, p.MaxAttempts)
-		} else if ok {
-			retry = fmt.Sprintf("retry base %s, cap %s, %d attempts", p.Base, p.Cap, p.MaxAttempts)
+		if p, ok := policies[name]; ok {
+			retry = "retry " + p.String()
 		}
 		if p, ok := policies[name]; ok && p.RetryUnknown {
 			retry += "; unknown: retry (possible duplicates marked)"

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -170,9 +171,9 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.WebhookAllowCIDRs, "webhook-allow-cidrs", "", "CIDRs the webhook SSRF guard lets through (empty: public addresses only)")
 	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", defaultWebhookTimeout, "timeout of one webhook call")
 	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", defaultWorkerConcurrency, "messages in flight per channel worker")
-	fs.DurationVar(&c.RetryBase, "retry-base", domain.DefaultRetryBase, "ceiling of the first retry delay (doubles per attempt)")
-	fs.DurationVar(&c.RetryCap, "retry-cap", domain.DefaultRetryCap, "largest retry delay")
-	fs.IntVar(&c.MaxAttempts, "max-attempts", domain.DefaultMaxAttempts, "attempts per delivery (default and maximum of a request's max_attempts)")
+	fs.DurationVar(&c.RetryBase, "retry-base", domain.DefaultRetryBase, "ceiling of the first retry delay (doubles per attempt; at least 1ms)")
+	fs.DurationVar(&c.RetryCap, "retry-cap", domain.DefaultRetryCap, "largest retry delay (at most 2^32-1 ms, RabbitMQ's longest queue TTL)")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", domain.DefaultMaxAttempts, "attempts per delivery (default and maximum of a request's max_attempts; at most 100)")
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", domain.DefaultRetryAfterMax, "longest provider Retry-After honoured")
 	fs.DurationVar(&c.RedriveAfter, "redrive-after", defaultRedriveAfter, "resend the work message of a delivery that has waited this long past its due time with no progress (0: never)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long in-flight attempts may finish after SIGTERM")
@@ -213,12 +214,7 @@ func (c *Config) Validate() error {
 	if c.WorkerConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--worker-concurrency %d is below 1", c.WorkerConcurrency))
 	}
-	if c.RetryBase <= 0 || c.RetryCap < c.RetryBase {
-		errs = append(errs, fmt.Errorf("--retry-base %s and --retry-cap %s: need 0 < base <= cap", c.RetryBase, c.RetryCap))
-	}
-	if c.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("--max-attempts %d is below 1", c.MaxAttempts))
-	}
+	errs = append(errs, c.validateRetry()...)
 	if c.WebhookTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--webhook-timeout %s is not positive", c.WebhookTimeout))
 	}
@@ -264,6 +260,9 @@ func (c *Config) Validate() error {
 	if c.MetricsAddr == "" {
 		errs = append(errs, errors.New("--metrics-addr is empty (off turns /metrics off)"))
 	}
+	if math.IsNaN(c.HostRate) || math.IsInf(c.HostRate, 0) || c.HostRate < 0 {
+		errs = append(errs, fmt.Errorf("--host-rate %v: want a finite number of calls a second, 0 or more", c.HostRate))
+	}
 	if c.ProviderConcurrency < ProviderDefault {
 		errs = append(errs, fmt.Errorf("--provider-concurrency %d: want -1 (the provider's default), 0 (unlimited) or a cap", c.ProviderConcurrency))
 	}
@@ -271,6 +270,34 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// validateRetry checks the server's retry policy by its flags: the bounds of every policy
+// (domain.RetryPolicy.Validate), which the delay queues and the attempts' count need.
+func (c *Config) validateRetry() []error {
+	var errs []error
+	switch {
+	case c.RetryBase <= 0 || c.RetryCap < c.RetryBase:
+		errs = append(errs, fmt.Errorf("--retry-base %s and --retry-cap %s: need 0 < base <= cap", c.RetryBase, c.RetryCap))
+	case c.RetryBase < domain.MinRetryDelay:
+		errs = append(errs, fmt.Errorf("--retry-base %s is below %s: delay queues count whole milliseconds", c.RetryBase, domain.MinRetryDelay))
+	case c.RetryCap > domain.MaxRetryDelay:
+		errs = append(errs, fmt.Errorf("--retry-cap %s is beyond %s, the longest TTL RabbitMQ documents for a delay queue (2^32-1 ms)", c.RetryCap, domain.MaxRetryDelay))
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > domain.MaxAttemptsLimit {
+		errs = append(errs, fmt.Errorf("--max-attempts %d: want 1 to %d", c.MaxAttempts, domain.MaxAttemptsLimit))
+	}
+	if c.RetryAfterMax < 0 {
+		errs = append(errs, fmt.Errorf("--retry-after-max %s is negative", c.RetryAfterMax))
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	// What no one flag shows: too many distinct delays (base and cap far apart).
+	if err := c.policy().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--retry-base %s, --retry-cap %s: %w", c.RetryBase, c.RetryCap, err))
+	}
+	return errs
 }
 
 // roles parses --roles.
@@ -334,7 +361,7 @@ func (c *Config) limiter(channels *commands.Channels) (*limit.Limiter, error) {
 
 // policy is the server's retry policy.
 func (c *Config) policy() domain.RetryPolicy {
-	return domain.RetryPolicy{Base: c.RetryBase, Cap: c.RetryCap, MaxAttempts: c.MaxAttempts, RetryAfterMax: c.RetryAfterMax}
+	return domain.RetryPolicy{Strategy: domain.Exponential{Base: c.RetryBase, Cap: c.RetryCap}, MaxAttempts: c.MaxAttempts, RetryAfterMax: c.RetryAfterMax}
 }
 
 // Logger builds the process logger.

@@ -1,10 +1,14 @@
 package app
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,13 +140,23 @@ func LoadFile(path string, getenv func(string) (string, bool)) (*File, error) {
 // whether a channel uses it or not, with its type's own checks (ptype.Type.Check).
 func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*File, error) {
 	p := &fileParser{path: path, getenv: getenv, types: providerTypes(webhook.Process{})}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f := &File{Path: path, Providers: map[string]*ProviderFile{}}
 	if len(root.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", path)
+	}
+	// yaml.Unmarshal reads the first document and drops the rest: a second one (after ---)
+	// would be ignored in silence, whatever it says.
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		p.fail(&next, "(file)", "a second YAML document (after ---): the configuration is one document")
+	case !errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p.root = root.Content[0]
 	f.root = p.root
@@ -152,8 +166,8 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 		switch kv.key {
 		case "public_url":
 			f.PublicURL = p.str(kv.value, "public_url")
-			if u, err := url.Parse(f.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				p.fail(kv.value, "public_url", "want an absolute http(s) URL such as https://ledger.example.com")
+			if err := httpURL(f.PublicURL); err != nil {
+				p.fail(kv.value, "public_url", "%v, such as https://ledger.example.com", err)
 			}
 		case "channels":
 			channels = kv.value
@@ -165,6 +179,10 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 	}
 	if providers != nil {
 		for _, kv := range p.mapping(providers, "providers") {
+			if kv.key == "" {
+				p.fail(kv.keyNode, "providers", "a provider needs a name, the key its channels list it by")
+				continue
+			}
 			if pf := p.provider(kv.key, kv.value, f.PublicURL); pf != nil {
 				f.Providers[kv.key] = pf
 				f.Warnings = append(f.Warnings, pf.Settings.Warnings...)
@@ -217,6 +235,10 @@ func (p *fileParser) mapping(n *yaml.Node, field string) []keyValue {
 	var out []keyValue
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
+		if kn := n.Content[i]; kn.Kind != yaml.ScalarNode {
+			p.fail(kn, orRoot(field), "want a name as a key, got %s", nodeKind(kn))
+			continue
+		}
 		k := n.Content[i].Value
 		if seen[k] {
 			p.fail(n.Content[i], join(field, k), "given twice")
@@ -226,6 +248,19 @@ func (p *fileParser) mapping(n *yaml.Node, field string) []keyValue {
 		out = append(out, keyValue{key: k, keyNode: n.Content[i], value: n.Content[i+1]})
 	}
 	return out
+}
+
+// nodeKind names a node's kind in a refusal.
+func nodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "a " + n.Tag
 }
 
 func orRoot(field string) string {
@@ -270,10 +305,19 @@ func (p *fileParser) duration(n *yaml.Node, field string) time.Duration {
 	return d
 }
 
-// secret reads the environment variable the *_env key at n names.
+// envName is what an environment variable's name may be: a *_env value of another form is no
+// name, and may well be the secret itself.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// secret reads the environment variable the *_env key at n names. A value that cannot be a
+// variable's name is refused without being repeated: a refusal goes to stderr and the log.
 func (p *fileParser) secret(n *yaml.Node, field string) string {
 	name := p.str(n, field)
 	if name == "" {
+		return ""
+	}
+	if !envName.MatchString(name) {
+		p.fail(n, field, "names no environment variable (is this the secret itself?): want the name of the variable that holds it, such as %s", envExample(field))
 		return ""
 	}
 	v, ok := p.getenv(name)
@@ -281,6 +325,19 @@ func (p *fileParser) secret(n *yaml.Node, field string) string {
 		p.fail(n, field, "the environment variable %s is not set", name)
 	}
 	return v
+}
+
+// envExample is a variable's name for the key at field (providers.tg.token_env: TG_TOKEN).
+func envExample(field string) string {
+	parts := strings.Split(field, ".")
+	name := strings.ToUpper(strings.TrimSuffix(parts[len(parts)-1], "_env"))
+	if len(parts) == 3 {
+		name = strings.ToUpper(parts[1]) + "_" + name
+	}
+	if !envName.MatchString(name) {
+		return "LEDGER_SECRET"
+	}
+	return name
 }
 
 // provider parses one provider block: the keys every provider takes, then the keys its type
@@ -380,8 +437,8 @@ func (p *fileParser) value(key ptype.Key, n *yaml.Node, field string) any {
 		return p.secret(n, field)
 	case ptype.URL:
 		v := p.str(n, field)
-		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			p.fail(n, field, "want an absolute http(s) URL")
+		if err := httpURL(v); err != nil {
+			p.fail(n, field, "%v", err)
 		}
 		return v
 	}
@@ -394,6 +451,21 @@ func (p *fileParser) value(key ptype.Key, n *yaml.Node, field string) any {
 		p.fail(n, field, "want %s, got %q", want, v)
 	}
 	return v
+}
+
+// httpURL refuses what is not an absolute http(s) URL with a host, and a port no connection can
+// use, which url.Parse takes (https://127.0.0.1:99999).
+func httpURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return errors.New("want an absolute http(s) URL")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("want an absolute http(s) URL: port %s is not from 1 to 65535", port)
+		}
+	}
+	return nil
 }
 
 // blame gives a problem the type's checks found in a provider block its file, line and key.
@@ -435,10 +507,15 @@ func rootLine(root *yaml.Node, key string) int {
 	return root.Line
 }
 
+// number reads a finite number: strconv takes NaN and Inf, which pass every comparison a bound
+// makes (NaN <= 0 is false) and would give a rate or a share no one can reach.
 func (p *fileParser) number(n *yaml.Node, field string) float64 {
 	v, err := strconv.ParseFloat(p.str(n, field), 64)
-	if err != nil && n.Kind == yaml.ScalarNode {
+	switch {
+	case err != nil && n.Kind == yaml.ScalarNode:
 		p.fail(n, field, "want a number, got %q", n.Value)
+	case err == nil && (math.IsNaN(v) || math.IsInf(v, 0)):
+		p.fail(n, field, "want a finite number, got %s", n.Value)
 	}
 	return v
 }
@@ -496,6 +573,9 @@ func (p *fileParser) channel(name string, n *yaml.Node, providers map[string]*Pr
 			for i, item := range kv.value.Content {
 				pname := p.str(item, fmt.Sprintf("%s[%d]", f, i))
 				if pname == "" {
+					if item.Kind == yaml.ScalarNode && item.Tag != "!!null" {
+						p.fail(item, fmt.Sprintf("%s[%d]", f, i), "want a provider's name, got an empty one")
+					}
 					continue
 				}
 				if _, ok := providers[pname]; !ok {
@@ -565,53 +645,135 @@ func (p *fileParser) hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-// retry parses a channel's retry block: exponential (base, cap, max_attempts) or an explicit
-// schedule.
+// retryStrategies are the strategies a channel's retry block names (strategy: NAME), the first
+// the default (a block with a schedule and no strategy is a schedule): the keys each takes
+// beside strategy, and how it is made from them. A new strategy is one type in domain and one
+// entry here.
+var retryStrategies = []retryStrategy{
+	{"exponential", []string{"base", "cap", "max_attempts"}, func(r retryBlock) domain.RetryStrategy {
+		return domain.Exponential{Base: r.base, Cap: r.cap}
+	}},
+	{"schedule", []string{"schedule"}, func(r retryBlock) domain.RetryStrategy { return domain.Schedule(r.schedule) }},
+	{"quadratic", []string{"base", "cap", "max_attempts"}, func(r retryBlock) domain.RetryStrategy {
+		return domain.Quadratic{Base: r.base, Cap: r.cap}
+	}},
+}
+
+// retryStrategy is one strategy a retry block may name.
+type retryStrategy struct {
+	name string
+	keys []string
+	make func(r retryBlock) domain.RetryStrategy
+}
+
+// retryBlock is what a channel's retry block gives, with the nodes of the keys it has.
+type retryBlock struct {
+	base, cap   time.Duration
+	schedule    []time.Duration
+	maxAttempts int
+	nodes       map[string]*yaml.Node
+}
+
+// retry parses a channel's retry block: a strategy (exponential, the default; schedule;
+// quadratic) and its keys, each delay within what a delay queue holds, then the bounds of the
+// policy as a whole (domain.RetryPolicy.Validate).
 func (p *fileParser) retry(n *yaml.Node, field string) *domain.RetryPolicy {
-	var policy domain.RetryPolicy
-	var maxAttempts *yaml.Node
+	r := retryBlock{nodes: map[string]*yaml.Node{}}
+	strategy := ""
+	before := len(p.problems)
 	for _, kv := range p.mapping(n, field) {
 		f := field + "." + kv.key
+		r.nodes[kv.key] = kv.keyNode
 		switch kv.key {
+		case "strategy":
+			strategy = p.str(kv.value, f)
 		case "base":
-			policy.Base = p.duration(kv.value, f)
+			r.base = p.retryDelay(kv.value, f)
 		case "cap":
-			policy.Cap = p.duration(kv.value, f)
+			r.cap = p.retryDelay(kv.value, f)
 		case "max_attempts":
-			maxAttempts = kv.value
-			if policy.MaxAttempts = p.integer(kv.value, f); policy.MaxAttempts < 1 {
-				p.fail(kv.value, f, "must be at least 1")
+			if r.maxAttempts = p.integer(kv.value, f); r.maxAttempts < 1 || r.maxAttempts > domain.MaxAttemptsLimit {
+				p.fail(kv.value, f, "must be from 1 to %d", domain.MaxAttemptsLimit)
 			}
 		case "schedule":
 			if kv.value.Kind != yaml.SequenceNode || len(kv.value.Content) == 0 {
 				p.fail(kv.value, f, "want a list of delays such as [1s, 4s, 9s]")
 				continue
 			}
+			if len(kv.value.Content) > domain.MaxAttemptsLimit-1 {
+				p.fail(kv.value, f, "%d delays: at most %d (n delays are n+1 attempts, at most %d)", len(kv.value.Content), domain.MaxAttemptsLimit-1, domain.MaxAttemptsLimit)
+				continue
+			}
 			for i, item := range kv.value.Content {
-				policy.Schedule = append(policy.Schedule, p.duration(item, fmt.Sprintf("%s[%d]", f, i)))
+				r.schedule = append(r.schedule, p.retryDelay(item, fmt.Sprintf("%s[%d]", f, i)))
 			}
 		default:
-			p.unknown(kv.keyNode, f, "base, cap, max_attempts, schedule")
+			p.unknown(kv.keyNode, f, "strategy, base, cap, max_attempts, schedule")
 		}
 	}
+	if strategy == "" && r.nodes["strategy"] == nil {
+		strategy = retryStrategies[0].name
+		if r.nodes["schedule"] != nil {
+			strategy = "schedule"
+		}
+	}
+	i := slices.IndexFunc(retryStrategies, func(s retryStrategy) bool { return s.name == strategy })
+	if i < 0 {
+		var names []string
+		for _, s := range retryStrategies {
+			names = append(names, s.name)
+		}
+		p.fail(n, field+".strategy", "unknown strategy %q (known: %s)", strategy, strings.Join(names, ", "))
+		return &domain.RetryPolicy{}
+	}
+	s := retryStrategies[i]
+	var foreign []string
+	for key := range r.nodes {
+		if key != "strategy" && !slices.Contains(s.keys, key) {
+			foreign = append(foreign, key)
+		}
+	}
+	slices.Sort(foreign)
 	switch {
-	case len(policy.Schedule) > 0 && (policy.Base != 0 || policy.Cap != 0 || maxAttempts != nil):
-		p.fail(n, field, "a schedule gives its own delays and attempts (n delays, n+1 attempts): leave out base, cap and max_attempts")
-	case len(policy.Schedule) > 0:
-		policy.MaxAttempts = len(policy.Schedule) + 1
-	default:
-		if policy.Base == 0 {
-			policy.Base = domain.DefaultRetryBase
+	case s.name == "schedule" && len(foreign) > 0:
+		p.fail(n, field, "a schedule gives its own delays and attempts (n delays, n+1 attempts): leave out %s", strings.Join(foreign, ", "))
+	case len(foreign) > 0:
+		p.fail(r.nodes[foreign[0]], field+"."+foreign[0], "strategy %s takes %s", s.name, strings.Join(s.keys, ", "))
+	case s.name == "schedule" && r.nodes["schedule"] == nil:
+		p.fail(n, field+".schedule", "required by strategy schedule: the delays after attempt 1, 2, ..., such as [1s, 4s, 9s]")
+	}
+	if s.name == "schedule" {
+		r.maxAttempts = len(r.schedule) + 1
+	} else {
+		if r.base == 0 {
+			r.base = domain.DefaultRetryBase
 		}
-		if policy.Cap == 0 {
-			policy.Cap = max(domain.DefaultRetryCap, policy.Base)
+		if r.cap == 0 && s.name == "exponential" {
+			r.cap = max(domain.DefaultRetryCap, r.base)
 		}
-		if policy.Cap < policy.Base {
-			p.fail(n, field+".cap", "must be at least base (%s)", policy.Base)
+		if r.cap != 0 && r.cap < r.base {
+			p.fail(n, field+".cap", "must be at least base (%s)", r.base)
 		}
-		if maxAttempts == nil {
-			policy.MaxAttempts = domain.DefaultMaxAttempts
+		if r.nodes["max_attempts"] == nil {
+			r.maxAttempts = domain.DefaultMaxAttempts
 		}
 	}
-	return &policy
+	policy := &domain.RetryPolicy{Strategy: s.make(r), MaxAttempts: r.maxAttempts}
+	if len(p.problems) == before {
+		// What no one key shows: too many distinct waits, a square beyond the longest tier.
+		for _, problem := range ptype.Problems(policy.Validate()) {
+			p.fail(n, field, "%v", problem)
+		}
+	}
+	return policy
+}
+
+// retryDelay reads a delay of a retry block: a duration a delay queue can hold.
+func (p *fileParser) retryDelay(n *yaml.Node, field string) time.Duration {
+	before := len(p.problems)
+	d := p.duration(n, field)
+	if len(p.problems) == before && (d < domain.MinRetryDelay || d > domain.MaxRetryDelay) {
+		p.fail(n, field, "must be from %s to %s: each delay is a RabbitMQ queue's TTL, which counts whole milliseconds up to 2^32-1", domain.MinRetryDelay, domain.MaxRetryDelay)
+	}
+	return d
 }

@@ -2,8 +2,12 @@ package app
 
 import (
 	"errors"
+	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,18 +56,64 @@ func TestParseFileTakesTheDocumentedShape(t *testing.T) {
 		t.Fatalf("telegram provider %+v", tg)
 	}
 	email := f.Channels[1].Retry
-	if email == nil || len(email.Schedule) != 3 || email.MaxAttempts != 4 || email.Base != 0 {
+	if sched, _ := email.Strategy.(domain.Schedule); email == nil || !slices.Equal(sched, domain.Schedule{time.Second, 4 * time.Second, 9 * time.Second}) || email.MaxAttempts != 4 {
 		t.Fatalf("email retry %+v, want a schedule of 3 delays and 4 attempts", email)
 	}
 	tg := f.Channels[2].Retry
-	if tg == nil || tg.Base != time.Second || tg.Cap != time.Minute || tg.MaxAttempts != 4 {
+	if tg == nil || tg.Strategy != (domain.Exponential{Base: time.Second, Cap: time.Minute}) || tg.MaxAttempts != 4 {
 		t.Fatalf("telegram retry %+v", tg)
 	}
 	if f.Channels[0].Retry != nil {
 		t.Fatal("a channel without retry got a policy of its own")
 	}
-	if err := (domain.RetryPolicy{Schedule: email.Schedule, MaxAttempts: email.MaxAttempts}).Validate(); err != nil {
+	if err := email.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParseFileTakesRetryStrategies: a retry block names its strategy; quadratic is seed 001's
+// 1 s, 4 s, 9 s and then dead at 4 attempts; the spellings without a strategy keep working.
+func TestParseFileTakesRetryStrategies(t *testing.T) {
+	t.Parallel()
+	const file = "channels:\n" +
+		"  webhook: {providers: [webhook], retry: {strategy: quadratic, base: 1s, max_attempts: 4}}\n" +
+		"  email: {providers: [smtp], retry: {strategy: schedule, schedule: [2s, 1m]}}\n" +
+		"  telegram: {providers: [tg], retry: {strategy: exponential, base: 2s, cap: 1m}}\n" +
+		"providers:\n  webhook: {type: webhook}\n  smtp: {type: smtp, host: h, port: 25, from: a@b.c}\n  tg: {type: telegram, token_env: G}\n"
+	f, err := ParseFile("f.yaml", []byte(file), env(map[string]string{"G": "1:abc"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.Channels[0].Retry
+	if q == nil || q.Strategy != (domain.Quadratic{Base: time.Second}) || q.MaxAttempts != 4 {
+		t.Fatalf("quadratic retry %+v", q)
+	}
+	p := *q
+	p.RetryAfterMax = time.Hour
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for attempt, want := range []time.Duration{time.Second, 4 * time.Second, 9 * time.Second} {
+		if got := p.NextAttemptAt(attempt+1, time.Time{}, 0.5, 0).Sub(time.Time{}); got != want {
+			t.Errorf("quadratic: wait after attempt %d %s, want %s", attempt+1, got, want)
+		}
+	}
+	if got := p.Tiers(); !slices.Equal(got, []time.Duration{time.Second, 4 * time.Second, 9 * time.Second}) {
+		t.Errorf("quadratic tiers %v", got)
+	}
+	if sched, _ := f.Channels[1].Retry.Strategy.(domain.Schedule); !slices.Equal(sched, domain.Schedule{2 * time.Second, time.Minute}) || f.Channels[1].Retry.MaxAttempts != 3 {
+		t.Errorf("schedule retry %+v", f.Channels[1].Retry)
+	}
+	if tg := f.Channels[2].Retry; tg.Strategy != (domain.Exponential{Base: 2 * time.Second, Cap: time.Minute}) || tg.MaxAttempts != domain.DefaultMaxAttempts {
+		t.Errorf("exponential retry %+v", tg)
+	}
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := checkFile(path, DefaultConfig(), env(map[string]string{"G": "1:abc"}))
+	if text := strings.Join(lines, "\n"); err != nil || !strings.Contains(text, "channel webhook: providers [webhook]; retry quadratic from 1s (1s, 4s, 9s, ...), 4 attempts") {
+		t.Errorf("config check: %v\n%s", err, text)
 	}
 }
 
@@ -89,6 +139,12 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 		{"bad values", "channels:\n  email:\n    providers: [smtp]\n    retry: {base: 1m, cap: 1s}\nproviders:\n  smtp:\n    type: smtp\n    host: h\n    port: 99999\n    tls: sometimes\n    from: a@b.c\n    timeout: soon\n",
 			[]string{"f.yaml:9: providers.smtp.port: must be from 1 to 65535", "f.yaml:10: providers.smtp.tls: want starttls",
 				"f.yaml:12: providers.smtp.timeout: want a duration", "channels.email.retry.cap: must be at least base"}},
+		{"unknown strategy", "channels:\n  webhook:\n    providers: [webhook]\n    retry: {strategy: fibonacci}\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{`f.yaml:4: channels.webhook.retry.strategy: unknown strategy "fibonacci" (known: exponential, schedule, quadratic)`}},
+		{"a key of another strategy", "channels:\n  webhook:\n    providers: [webhook]\n    retry:\n      strategy: quadratic\n      schedule: [1s]\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{"f.yaml:6: channels.webhook.retry.schedule: strategy quadratic takes base, cap, max_attempts"}},
+		{"schedule without one", "channels:\n  webhook: {providers: [webhook], retry: {strategy: schedule}}\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{"f.yaml:2: channels.webhook.retry.schedule: required by strategy schedule"}},
 		{"schedule with base", "channels:\n  webhook: {providers: [webhook], retry: {schedule: [1s], base: 1s}}\nproviders:\n  webhook: {type: webhook}\n",
 			[]string{"channels.webhook.retry: a schedule gives its own delays"}},
 		{"unknown channel", "channels:\n  pigeon: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n",
@@ -292,5 +348,97 @@ func TestUnknownRetryOnlyWhereReceiversDeduplicate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("channel %q: error %v, want %q", channel, err, want)
 		}
+	}
+}
+
+// TestConfigCheckRefusesWhatServeWouldRefuseOrMisuse (issue 23, rows 5, 6, 7 and 10): what
+// `serve` would refuse without a line, or start with and misuse, is refused by the check at the
+// line that says it, and a secret written in a *_env key is never repeated.
+func TestConfigCheckRefusesWhatServeWouldRefuseOrMisuse(t *testing.T) {
+	t.Parallel()
+	const hook = "providers:\n  webhook: {type: webhook}\n"
+	const twilio = "channels:\n  sms: {providers: [t]}\nproviders:\n  t:\n    type: twilio\n    account_sid: AC1\n    auth_token_env: T\n    from: '+15005550006'\n"
+	retry := func(block string) string {
+		return "channels:\n  webhook:\n    providers: [webhook]\n    retry: " + block + "\n" + hook
+	}
+	delays := func(n int) string {
+		var d []string
+		for i := 1; i <= n; i++ {
+			d = append(d, strconv.Itoa(i)+"s")
+		}
+		return "{schedule: [" + strings.Join(d, ", ") + "]}"
+	}
+	tests := []struct {
+		name, file, want string
+	}{
+		// Row 5: non-finite numbers, out-of-range ports, delays beyond what a delay queue holds.
+		{"lookup_rate NaN", twilio + "    lookup_rate: NaN\n", "f.yaml:9: providers.t.lookup_rate: want a finite number, got NaN"},
+		{"lookup_rate Inf", twilio + "    lookup_rate: Inf\n", "f.yaml:9: providers.t.lookup_rate: want a finite number, got Inf"},
+		{"error_rate NaN", twilio + "    breaker: {error_rate: NaN}\n", "f.yaml:9: providers.t.breaker.error_rate: want a finite number, got NaN"},
+		{"base 1ns", retry("{base: 1ns, cap: 1m}"), "f.yaml:4: channels.webhook.retry.base: must be from 1ms to 1193h2m47.295s: each delay is a RabbitMQ queue's TTL"},
+		{"cap 2000000h", retry("{base: 1s, cap: 2000000h}"), "f.yaml:4: channels.webhook.retry.cap: must be from 1ms to 1193h2m47.295s"},
+		{"max_attempts MaxInt64", retry("{max_attempts: 9223372036854775807}"), "f.yaml:4: channels.webhook.retry.max_attempts: must be from 1 to 100"},
+		{"a square beyond the longest tier", retry("{strategy: quadratic, base: 24h, max_attempts: 9}"), "f.yaml:4: channels.webhook.retry: the longest wait 1536h0m0s is beyond 1193h2m47.295s"},
+		{"port 99999", "channels:\n  telegram: {providers: [tg]}\nproviders:\n  tg:\n    type: telegram\n    base_url: https://127.0.0.1:99999\n    token_env: G\n",
+			"f.yaml:6: providers.tg.base_url: want an absolute http(s) URL: port 99999 is not from 1 to 65535"},
+		{"public_url port 0", "public_url: http://127.0.0.1:0\nchannels:\n  webhook: {providers: [webhook]}\n" + hook, "f.yaml:1: public_url: want an absolute http(s) URL: port 0 is not from 1 to 65535"},
+		// Row 6: each distinct delay is a queue.
+		{"200 delays", retry(delays(200)), "f.yaml:4: channels.webhook.retry.schedule: 200 delays: at most 99"},
+		{"10,000 delays", retry(delays(10000)), "f.yaml:4: channels.webhook.retry.schedule: 10000 delays: at most 99"},
+		{"50 distinct delays", retry(delays(50)), "f.yaml:4: channels.webhook.retry: 50 distinct waits, each a delay queue of its own: at most 32"},
+		{"1e8 attempts", retry("{max_attempts: 100000000}"), "f.yaml:4: channels.webhook.retry.max_attempts: must be from 1 to 100"},
+		{"base 1ms to the longest cap", retry("{base: 1ms, cap: 1193h2m47.295s}"), "f.yaml:4: channels.webhook.retry: 33 distinct waits"},
+		// Row 7: a secret in a *_env key is refused without being repeated.
+		{"a token in token_env", "channels:\n  telegram: {providers: [tg]}\nproviders:\n  tg: {type: telegram, token_env: \"123456:SECRET-bot-token\"}\n",
+			"f.yaml:4: providers.tg.token_env: names no environment variable (is this the secret itself?)"},
+		// Row 10: a second document, a key that is not a name, a provider without a name.
+		{"second document", "channels:\n  webhook: {providers: [webhook]}\n" + hook + "---\nchannels: 1\n", "f.yaml:5: (file): a second YAML document (after ---)"},
+		{"complex key", "channels:\n  webhook: {providers: [webhook]}\n" + hook + "  ? [complex, key]\n  : {type: webhook}\n", "f.yaml:5: providers: want a name as a key, got a list"},
+		{"empty provider name", "channels:\n  webhook: {providers: [webhook]}\n" + hook + "  \"\": {type: webhook}\n", "f.yaml:5: providers: a provider needs a name"},
+		{"empty provider in a channel", "channels:\n  webhook: {providers: [webhook, \"\"]}\n" + hook, "f.yaml:2: channels.webhook.providers[1]: want a provider's name, got an empty one"},
+	}
+	vars := env(map[string]string{"T": "tok-12345678", "G": "1:abc"})
+	for _, tt := range tests {
+		path := filepath.Join(t.TempDir(), "f.yaml")
+		if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		lines, err := checkFile(path, DefaultConfig(), vars)
+		if err == nil {
+			t.Errorf("%s: config check says ok:\n%s", tt.name, strings.Join(lines, "\n"))
+			continue
+		}
+		// The check names the file by the path it was given; the cases say f.yaml.
+		if msg := strings.ReplaceAll(err.Error(), path, "f.yaml"); !strings.Contains(msg, tt.want) {
+			t.Errorf("%s: refusal\n%s\ndoes not say %q", tt.name, msg, tt.want)
+		}
+		if strings.Contains(err.Error(), "SECRET-bot-token") {
+			t.Errorf("%s: the refusal repeats the secret: %v", tt.name, err)
+		}
+	}
+}
+
+// TestServeFlagsKeepTheRetryBounds: the environment variables of the server's retry policy keep
+// the bounds a file's retry block keeps (issue 23, rows 5 and 6).
+func TestServeFlagsKeepTheRetryBounds(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.MaxAttempts = 100000000 }, "--max-attempts 100000000: want 1 to 100"},
+		{func(c *Config) { c.RetryCap = 2000000 * time.Hour }, "--retry-cap 2000000h0m0s is beyond 1193h2m47.295s"},
+		{func(c *Config) { c.RetryBase = time.Nanosecond }, "--retry-base 1ns is below 1ms"},
+		{func(c *Config) { c.RetryBase, c.RetryCap = time.Millisecond, domain.MaxRetryDelay }, "33 distinct waits"},
+		{func(c *Config) { c.HostRate = math.NaN() }, "--host-rate NaN"},
+	} {
+		c := DefaultConfig()
+		tt.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate() = %v, want it to say %q", err, tt.want)
+		}
+	}
+	if c := DefaultConfig(); c.Validate() != nil {
+		t.Errorf("the defaults are refused: %v", c.Validate())
 	}
 }

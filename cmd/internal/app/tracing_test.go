@@ -146,7 +146,7 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	schema := pgtest.New(t)
 	prefix := amqptest.Prefix()
 	// Declared here, so that it is deleted when the test ends, after the processes stopped.
-	policy := domain.RetryPolicy{Base: 20 * time.Millisecond, Cap: 80 * time.Millisecond, MaxAttempts: 3}
+	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: 20 * time.Millisecond, Cap: 80 * time.Millisecond}, MaxAttempts: 3}
 	amqptest.Declare(t, amqp.Topology{Prefix: prefix, Channels: []string{"webhook"}, Tiers: policy.Tiers(), QueueType: testQueueType()})
 
 	sink := newSink(t)
