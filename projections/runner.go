@@ -177,7 +177,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // the projection built.
 func (r *Runner) prepare(ctx context.Context, p Projection) error {
 	if err := r.store.CheckpointEnsure(ctx, p.Name(), p.Version()); err != nil {
-		return fmt.Errorf("projector: create checkpoint of %s: %w", p.Name(), err)
+		return fmt.Errorf("projector: %w", err)
 	}
 	cp, err := r.store.CheckpointGet(ctx, p.Name())
 	if err != nil {
