@@ -41,7 +41,7 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 		topic, waits := h.topics.Defer(d.Channel(), cmd.Delay)
 		until := now.Add(waits)
 		var toAppend []domain.Event
-		if awaitsQueue(d, attempt) {
+		if d.AwaitsQueue(attempt) {
 			queued, err := d.Queue(now)
 			if err != nil {
 				return decision{}, err

@@ -10,15 +10,6 @@ import (
 	"github.com/deliveryledger/ledger/tracing"
 )
 
-// awaitsQueue reports whether the attempt's message is the next one the delivery waits for.
-func awaitsQueue(d *domain.Delivery, attempt int) bool {
-	switch d.State() {
-	case domain.StateAccepted, domain.StateRetrying:
-		return d.Attempt()+1 == attempt
-	}
-	return false
-}
-
 // BatchEventStore reads and writes many streams at once.
 type BatchEventStore interface {
 	// LoadMany returns several streams, keyed by delivery id.
@@ -181,7 +172,7 @@ func (r *QueuedRecorder) Record(ctx context.Context, marks []QueuedMark) error {
 				r.logger.ErrorContext(tracing.WithParent(ctx, m.Trace), "cannot fold delivery", "delivery_id", m.DeliveryID, "err", err)
 				continue
 			}
-			if !awaitsQueue(d, m.Attempt) {
+			if !d.AwaitsQueue(m.Attempt) {
 				continue
 			}
 			queued, err := d.Queue(now)

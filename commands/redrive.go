@@ -103,7 +103,7 @@ func (h *RedriveHandler) span(ctx context.Context, d *domain.Delivery, attempt i
 
 // StaleLister lists the deliveries a view says have waited for a worker since before olderThan,
 // oldest first: candidates for a redrive, which checks each against its own history.
-// projections.Reader implements it.
+// postgres.Views implements it.
 type StaleLister interface {
 	StaleDeliveries(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
 }

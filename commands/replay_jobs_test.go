@@ -54,7 +54,7 @@ func newReplayJobFixture(t *testing.T) *replayJobFixture {
 // catchUp brings the views (the DLQ view a job selects from) up to the log.
 func (f *replayJobFixture) catchUp(t *testing.T) {
 	t.Helper()
-	runner, err := projections.NewRunner(f.schema.Pool, f.store, projections.All(), projections.RunnerConfig{})
+	runner, err := projections.NewRunner(postgres.NewViews(f.schema.Pool), f.store, projections.All(), projections.RunnerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,14 +65,13 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 	var answer StartDecision
 	d, err := decide(ctx, h.store, id, nil, fmt.Sprintf("start attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
-		wouldStart := awaitsQueue(d, attempt) || (d.Attempt() == attempt && d.State() == domain.StateQueued) ||
-			(d.Attempt() == attempt && d.State() == domain.StateProcessing && cmd.Redelivered && cmd.ProviderDeduplicates)
-		if cmd.NoStart && wouldStart {
+		verdict := d.CopyOf(attempt, cmd.Redelivered, cmd.ProviderDeduplicates)
+		if cmd.NoStart && verdict.Calls() {
 			answer = StartNotNow
 			return decision{}, nil
 		}
-		switch {
-		case awaitsQueue(d, attempt):
+		switch verdict {
+		case domain.CopyQueueAndStart:
 			queued, err := d.Queue(now)
 			if err != nil {
 				return decision{}, err
@@ -83,27 +82,14 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 			}
 			answer = StartProceed
 			return decision{events: append(queued, started...)}, nil
-		case d.Attempt() == attempt && d.State() == domain.StateQueued:
+		case domain.CopyStart:
 			started, err := d.StartAttempt(cmd.Provider, now)
 			answer = StartProceed
 			return decision{events: started}, err
-		case d.Attempt() == attempt && d.State() == domain.StateProcessing && d.Awaiting() != nil:
-			// The provider accepted the attempt's message and the worker acked; a copy that
-			// comes now (a republished duplicate) has nothing to do: receipts decide.
-			answer = StartSkip
+		case domain.CopyCallAgain:
+			answer = StartProceed
 			return decision{}, nil
-		case d.Attempt() == attempt && d.State() == domain.StateProcessing:
-			// Started and not closed. A fresh copy (a republished duplicate) means another
-			// consumer owns the attempt: leave it to that one. A redelivered copy means the
-			// consumer that started it is gone, and the provider may have acted.
-			if !cmd.Redelivered {
-				answer = StartSkip
-				return decision{}, nil
-			}
-			if cmd.ProviderDeduplicates {
-				answer = StartProceed
-				return decision{}, nil
-			}
+		case domain.CopyRecordUnknown:
 			policy := domain.RetryPolicy{}
 			if h.policies != nil && h.topics != nil {
 				policy = h.policies(d.Channel())

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -45,35 +43,10 @@ func (CountersProjection) Table() string { return "counters_view" }
 // Version implements Projection.
 func (CountersProjection) Version() int { return 1 }
 
-// Statements of the counters projection; %[1]s is the table (live or shadow).
-const (
-	// countersContextGet reads, for deliveries the batch continues, the accepted event (for the
-	// channel) and the event before the batch (for the state the delivery leaves).
-	countersContextGet = `SELECT e.delivery_id::text, e.version, e.type, coalesce(e.data->>'channel', '')
-FROM unnest($1::uuid[], $2::int[]) AS u(id, before)
-JOIN events e ON e.delivery_id = u.id AND (e.version = 1 OR e.version = u.before)`
-
-	// countersStateGet reads, for deliveries whose event before the batch only adds evidence (a
-	// receipt keeps the state it finds), the latest event before it that says a state. It is
-	// rare (receipts), so the common case keeps its one cheap read.
-	countersStateGet = `SELECT u.id::text, l.type
-FROM unnest($1::uuid[], $2::int[]) AS u(id, before)
-CROSS JOIN LATERAL (SELECT e.type FROM events e
-	WHERE e.delivery_id = u.id AND e.version < u.before AND e.type <> ALL($3::text[])
-	ORDER BY e.version DESC LIMIT 1) l`
-
-	countersAdd = `INSERT INTO %[1]s AS c (tenant, channel, state, deliveries, entered)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
-ON CONFLICT (tenant, channel, state) DO UPDATE SET
-	deliveries = c.deliveries + excluded.deliveries, entered = c.entered + excluded.entered`
-
-	countersList = `SELECT tenant, channel, state, deliveries, entered FROM %[1]s ORDER BY tenant, channel, state`
-)
-
 // Apply implements Projection. A delivery's channel is in its accepted event and the state it
 // was in before the batch follows from the type of its previous event; both are read from the
 // log rather than kept in a copy of every delivery.
-func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error {
+func (CountersProjection) Apply(ctx context.Context, tx Tx, table string, batch []LoggedEvent) error {
 	streams, err := groupStreams(batch)
 	if err != nil {
 		return err
@@ -100,7 +73,9 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 		before = append(before, int32(first.Version-1))
 	}
 	if len(ids) > 0 {
-		rows, err := tx.Query(ctx, countersContextGet, ids, before)
+		// For deliveries the batch continues: the accepted event (for the channel) and the
+		// event before the batch (for the state the delivery leaves).
+		known, err := tx.StreamsContextGet(ctx, ids, before)
 		if err != nil {
 			return fmt.Errorf("read counters context: %w", err)
 		}
@@ -109,25 +84,16 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 			types   map[int]domain.EventType
 		}
 		got := map[string]*found{}
-		for rows.Next() {
-			var id, typ, channel string
-			var version int
-			if err := rows.Scan(&id, &version, &typ, &channel); err != nil {
-				rows.Close()
-				return fmt.Errorf("read counters context: %w", err)
-			}
-			f := got[id]
+		for _, e := range known {
+			f := got[e.DeliveryID]
 			if f == nil {
 				f = &found{types: map[int]domain.EventType{}}
-				got[id] = f
+				got[e.DeliveryID] = f
 			}
-			if version == 1 {
-				f.channel = channel
+			if e.Version == 1 {
+				f.channel = e.Channel
 			}
-			f.types[version] = domain.EventType(typ)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read counters context: %w", err)
+			f.types[e.Version] = e.Type
 		}
 		var evidenceIDs []string
 		var evidenceBefore []int32
@@ -141,20 +107,15 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 			}
 		}
 		if len(evidenceIDs) > 0 {
-			rows, err := tx.Query(ctx, countersStateGet, evidenceIDs, evidenceBefore, preservingTypes)
+			// Where the event before the batch only adds evidence (a receipt keeps the state
+			// it finds), the latest one before it that says a state. It is rare (receipts), so
+			// the common case keeps its one cheap read.
+			states, err := tx.StreamsStateGet(ctx, evidenceIDs, evidenceBefore, preservingTypes)
 			if err != nil {
 				return fmt.Errorf("read counters context: %w", err)
 			}
-			for rows.Next() {
-				var id, typ string
-				if err := rows.Scan(&id, &typ); err != nil {
-					rows.Close()
-					return fmt.Errorf("read counters context: %w", err)
-				}
-				got[id].types[0] = domain.EventType(typ) // the state the evidence kept
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("read counters context: %w", err)
+			for id, typ := range states {
+				got[id].types[0] = typ // the state the evidence kept
 			}
 		}
 		for i, id := range ids {
@@ -208,14 +169,12 @@ func (CountersProjection) Apply(ctx context.Context, tx pgx.Tx, table string, ba
 		keys = append(keys, k)
 	}
 	sortCountKeys(keys)
-	n := len(keys)
-	tenants, channels, states := make([]string, n), make([]string, n), make([]string, n)
-	deliveries, entered := make([]int64, n), make([]int64, n)
+	rows := make([]CountRow, len(keys))
 	for i, k := range keys {
-		tenants[i], channels[i], states[i] = k.tenant, k.channel, string(k.state)
-		deliveries[i], entered[i] = deltas[k].deliveries, deltas[k].entered
+		rows[i] = CountRow{Tenant: k.tenant, Channel: k.channel, State: k.state,
+			Deliveries: deltas[k].deliveries, Entered: deltas[k].entered}
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(countersAdd, ident(table)), tenants, channels, states, deliveries, entered); err != nil {
+	if err := tx.CountersAdd(ctx, table, rows); err != nil {
 		return fmt.Errorf("add counters: %w", err)
 	}
 	return nil
@@ -236,8 +195,8 @@ func sortCountKeys(keys []countKey) {
 
 // Verify implements Projection: it folds every stream into counts, then compares them with the
 // view's rows.
-func (CountersProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error {
-	streams, err := openStreams(ctx, tx, upTo)
+func (CountersProjection) Verify(ctx context.Context, snap Snapshot, table string, upTo LogPosition, report func(Difference)) error {
+	streams, err := openStreams(ctx, snap, upTo)
 	if err != nil {
 		return err
 	}
@@ -280,11 +239,7 @@ func (CountersProjection) Verify(ctx context.Context, tx pgx.Tx, table string, u
 		}
 		bump(countKey{s.tenant, channel, state}, 1, 0)
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf(countersList, ident(table)))
-	if err != nil {
-		return fmt.Errorf("read counters: %w", err)
-	}
-	live, err := pgx.CollectRows(rows, pgx.RowToStructByPos[CountRow])
+	live, err := snap.CountersList(ctx, table)
 	if err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// DLQRow is a dead or unknown delivery in the DLQ view.
+// DLQRow is a dead or unknown delivery in the DLQ view. The db tags name the columns;
+// postgres.dlqColumns, the one list every statement of the view derives from, is held to them by
+// a test.
 type DLQRow struct {
 	ID        string          `db:"id"`
 	Tenant    string          `db:"tenant"`
@@ -177,54 +177,11 @@ func (DLQProjection) Table() string { return "dlq_view" }
 // Version implements Projection. Version 2 keeps providers' acceptances and receipts as evidence.
 func (DLQProjection) Version() int { return 2 }
 
-const dlqColumns = `id::text, tenant, channel, recipient, priority, state, version, attempts, attempts_in_cycle,
-max_attempts, cycle, failure_class, exhausted, last_error, last_status_code, provider, accepted_at, entered_at, evidence`
-
-func scanDLQ(row pgx.CollectableRow) (DLQRow, error) {
-	var r DLQRow
-	err := row.Scan(&r.ID, &r.Tenant, &r.Channel, &r.Recipient, &r.Priority, &r.State, &r.Version, &r.Attempts,
-		&r.AttemptsInCycle, &r.MaxAttempts, &r.Cycle, &r.FailureClass, &r.Exhausted, &r.LastError, &r.LastStatusCode,
-		&r.Provider, &r.AcceptedAt, &r.EnteredAt, &r.Evidence)
-	r.AcceptedAt, r.EnteredAt = r.AcceptedAt.UTC(), r.EnteredAt.UTC()
-	return r, err
-}
-
-// Statements of the DLQ projection; %[1]s is the table (live or shadow).
-const (
-	// dlqStreamsGet reads the streams of the deliveries that entered the DLQ, up to the version
-	// the batch reached: the events are immutable, so the fold is the same whenever it runs.
-	dlqStreamsGet = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.data, e.recorded_at
-FROM unnest($1::uuid[], $2::int[]) AS u(id, upto)
-JOIN events e ON e.delivery_id = u.id AND e.version <= u.upto
-ORDER BY e.delivery_id, e.version`
-
-	dlqRowsDelete = `DELETE FROM %[1]s WHERE id = ANY($1::uuid[])`
-
-	// A row is replaced only by a later version of the same delivery.
-	dlqRowsUpsert = `INSERT INTO %[1]s AS d (id, tenant, channel, recipient, priority, state, version, attempts,
-	attempts_in_cycle, max_attempts, cycle, failure_class, exhausted, last_error, last_status_code, provider,
-	accepted_at, entered_at, evidence)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::int[],
-	$9::int[], $10::int[], $11::int[], $12::text[], $13::bool[], $14::text[], $15::int[], $16::text[],
-	$17::timestamptz[], $18::timestamptz[], $19::jsonb[])
-ON CONFLICT (id) DO UPDATE SET
-	state = excluded.state, version = excluded.version, attempts = excluded.attempts,
-	attempts_in_cycle = excluded.attempts_in_cycle, max_attempts = excluded.max_attempts, cycle = excluded.cycle,
-	failure_class = excluded.failure_class, exhausted = excluded.exhausted, last_error = excluded.last_error,
-	last_status_code = excluded.last_status_code, provider = excluded.provider, entered_at = excluded.entered_at,
-	evidence = excluded.evidence
-WHERE d.version < excluded.version`
-
-	dlqRowsList = `SELECT ` + dlqColumns + ` FROM %[1]s AS v ORDER BY v.id`
-
-	dlqRowsPresent = `SELECT id::text FROM %[1]s WHERE id = ANY($1::uuid[])`
-)
-
 // Apply implements Projection. The DLQ keeps no copy of deliveries that are not in it: the type
 // of a delivery's latest event in the batch says whether it is dead or unknown now; those that
 // are get their row folded from their stream (read from the log, up to that event), and those
 // whose batch took them out of dead or unknown lose it.
-func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error {
+func (DLQProjection) Apply(ctx context.Context, tx Tx, table string, batch []LoggedEvent) error {
 	streams, err := groupStreams(batch)
 	if err != nil {
 		return err
@@ -262,11 +219,7 @@ func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch [
 		for id := range kept {
 			ids = append(ids, id)
 		}
-		rows, err := tx.Query(ctx, fmt.Sprintf(dlqRowsPresent, ident(table)), ids)
-		if err != nil {
-			return fmt.Errorf("read dlq rows: %w", err)
-		}
-		present, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		present, err := tx.DLQRowsPresent(ctx, table, ids)
 		if err != nil {
 			return fmt.Errorf("read dlq rows: %w", err)
 		}
@@ -276,18 +229,16 @@ func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch [
 		}
 	}
 	if len(leave) > 0 {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(dlqRowsDelete, ident(table)), leave); err != nil {
+		if err := tx.DLQRowsDelete(ctx, table, leave); err != nil {
 			return fmt.Errorf("delete dlq rows: %w", err)
 		}
 	}
 	if len(enterIDs) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, dlqStreamsGet, enterIDs, enterUpTo)
-	if err != nil {
-		return fmt.Errorf("read dlq streams: %w", err)
-	}
-	events, err := pgx.CollectRows(rows, scanStreamEvent)
+	// The streams are read up to the version the batch reached: the events are immutable, so
+	// the fold is the same whenever it runs.
+	events, err := tx.StreamsGet(ctx, enterIDs, enterUpTo)
 	if err != nil {
 		return fmt.Errorf("read dlq streams: %w", err)
 	}
@@ -302,7 +253,7 @@ func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch [
 			return err
 		}
 	}
-	var a dlqColumnsArrays
+	rows := make([]DLQRow, 0, len(enterIDs))
 	for i, id := range enterIDs {
 		f := folds[id]
 		if f == nil || f.row.Version != int(enterUpTo[i]) {
@@ -312,65 +263,26 @@ func (DLQProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch [
 		if !ok {
 			return fmt.Errorf("delivery %s: folded to state %s, not dead or unknown", id, f.row.State)
 		}
-		a.add(row)
+		rows = append(rows, row)
 	}
-	tag, err := tx.Exec(ctx, fmt.Sprintf(dlqRowsUpsert, ident(table)), a.args()...)
+	// A row is replaced only by a later version of the same delivery.
+	n, err := tx.DLQRowsUpsert(ctx, table, rows)
 	if err != nil {
 		return fmt.Errorf("write dlq rows: %w", err)
 	}
-	if int(tag.RowsAffected()) != a.n {
-		return fmt.Errorf("write dlq rows: %d of %d rows written; a row was ahead of the log", tag.RowsAffected(), a.n)
+	if int(n) != len(rows) {
+		return fmt.Errorf("write dlq rows: %d of %d rows written; a row was ahead of the log", n, len(rows))
 	}
 	return nil
 }
 
-type dlqColumnsArrays struct {
-	n                                                int
-	ids, tenants, channels, recipients, priorities   []string
-	states, classes, errors, providers               []string
-	versions, attempts, inCycle, maxAttempts, cycles []int32
-	codes                                            []int32
-	exhausted                                        []bool
-	accepted, entered                                []time.Time
-	evidence                                         []string
-}
-
-func (a *dlqColumnsArrays) add(r DLQRow) {
-	a.n++
-	a.ids = append(a.ids, r.ID)
-	a.tenants = append(a.tenants, r.Tenant)
-	a.channels = append(a.channels, r.Channel)
-	a.recipients = append(a.recipients, r.Recipient)
-	a.priorities = append(a.priorities, string(r.Priority))
-	a.states = append(a.states, string(r.State))
-	a.versions = append(a.versions, int32(r.Version))
-	a.attempts = append(a.attempts, int32(r.Attempts))
-	a.inCycle = append(a.inCycle, int32(r.AttemptsInCycle))
-	a.maxAttempts = append(a.maxAttempts, int32(r.MaxAttempts))
-	a.cycles = append(a.cycles, int32(r.Cycle))
-	a.classes = append(a.classes, string(r.FailureClass))
-	a.exhausted = append(a.exhausted, r.Exhausted)
-	a.errors = append(a.errors, r.LastError)
-	a.codes = append(a.codes, int32(r.LastStatusCode))
-	a.providers = append(a.providers, r.Provider)
-	a.accepted = append(a.accepted, r.AcceptedAt)
-	a.entered = append(a.entered, r.EnteredAt)
-	a.evidence = append(a.evidence, string(r.Evidence))
-}
-
-func (a *dlqColumnsArrays) args() []any {
-	return []any{a.ids, a.tenants, a.channels, a.recipients, a.priorities, a.states, a.versions, a.attempts,
-		a.inCycle, a.maxAttempts, a.cycles, a.classes, a.exhausted, a.errors, a.codes, a.providers, a.accepted,
-		a.entered, a.evidence}
-}
-
 // Verify implements Projection.
-func (DLQProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error {
-	live, err := openCursor(ctx, tx, "verify_rows", fmt.Sprintf(dlqRowsList, ident(table)), scanDLQ)
+func (DLQProjection) Verify(ctx context.Context, snap Snapshot, table string, upTo LogPosition, report func(Difference)) error {
+	live, err := snap.DLQRowsList(ctx, table)
 	if err != nil {
 		return err
 	}
-	streams, err := openStreams(ctx, tx, upTo)
+	streams, err := openStreams(ctx, snap, upTo)
 	if err != nil {
 		return err
 	}

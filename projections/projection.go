@@ -20,8 +20,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -48,10 +46,10 @@ type Projection interface {
 	// the older code are wrong or incomplete; a view built by an older version needs a rebuild.
 	Version() int
 	// Apply folds a batch of events, in log order, into table within tx.
-	Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error
+	Apply(ctx context.Context, tx Tx, table string, batch []LoggedEvent) error
 	// Verify folds every stream up to the position upTo afresh and reports each difference with
-	// the rows of table. tx is a read-only snapshot in which the rows are exactly those at upTo.
-	Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error
+	// the rows of table. snap is a read-only snapshot in which the rows are exactly those at upTo.
+	Verify(ctx context.Context, snap Snapshot, table string, upTo LogPosition, report func(Difference)) error
 }
 
 // All returns the projections the projector runs, in a fixed order.
@@ -147,8 +145,8 @@ func lastChanging(events []domain.Event) *domain.Event {
 	return nil
 }
 
-// preservingTypes are the types of the events that keep a delivery's state, for SQL that looks
-// for the latest event that says the state.
+// preservingTypes are the types of the events that keep a delivery's state, for the read of the
+// latest event that says the state.
 var preservingTypes = func() []string {
 	out := []string{} // never NULL: "<> ALL(NULL)" would match nothing
 	for _, t := range domain.EventTypes {

@@ -167,7 +167,7 @@ type failing struct {
 
 var errInjected = errors.New("injected failure after the rows were written")
 
-func (f *failing) Apply(ctx context.Context, tx pgx.Tx, table string, batch []projections.LoggedEvent) error {
+func (f *failing) Apply(ctx context.Context, tx projections.Tx, table string, batch []projections.LoggedEvent) error {
 	if err := f.Projection.Apply(ctx, tx, table, batch); err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func TestFailedBatchRollsBackRowsAndCheckpointTogether(t *testing.T) {
 			}
 			// The view holds exactly the first two batches: verify compares it with a fold of
 			// the log up to the checkpoint, so a row of the failed batch would show.
-			res, err := projections.Verify(ctx, b.pool, p)
+			res, err := projections.Verify(ctx, b.views, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestFailedBatchRollsBackRowsAndCheckpointTogether(t *testing.T) {
 				}
 				return b.caughtUp(ctx, p.Name())
 			})
-			res, err = projections.Verify(ctx, b.pool, p)
+			res, err = projections.Verify(ctx, b.views, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,7 +267,7 @@ func TestProjectorReportsLag(t *testing.T) {
 	b.seed(t, rand.New(rand.NewPCG(9, 10)), 20, time.Now())
 	total := b.totalEvents(t)
 
-	positions, err := projections.NewReader(b.pool).Positions(ctx)
+	positions, err := b.views.Positions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestProjectorReportsLag(t *testing.T) {
 	m := metrics.New()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r, err := projections.NewRunner(b.pool, b.store, projections.All(), projections.RunnerConfig{
+	r, err := projections.NewRunner(b.views, b.store, projections.All(), projections.RunnerConfig{
 		BatchSize: 10, PollInterval: 10 * time.Millisecond, LagInterval: 10 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +348,7 @@ func TestProjectorGathersWakeUps(t *testing.T) {
 	defer cancel()
 	counter := &batchCounter{batches: map[string]int{}, events: map[string]int{}}
 	wake := make(chan struct{}, 1)
-	r, err := projections.NewRunner(b.pool, b.store, projections.All(), projections.RunnerConfig{
+	r, err := projections.NewRunner(b.views, b.store, projections.All(), projections.RunnerConfig{
 		PollInterval: 10 * time.Millisecond, Gather: 400 * time.Millisecond, Metrics: counter,
 		Wake: func(context.Context) <-chan struct{} { return wake },
 	})

@@ -5,12 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Defaults of RebuildConfig.
@@ -88,18 +83,6 @@ func shadowNames(p Projection) (name, table string) {
 	return p.Name() + ".rebuild", p.Table() + "_rebuild"
 }
 
-// Statements of a rebuild; they name tables, so the names are quoted into the text.
-const (
-	rebuildLock   = `SELECT pg_try_advisory_lock(hashtextextended(current_schema() || '/rebuild/' || $1, 0))`
-	rebuildUnlock = `SELECT pg_advisory_unlock(hashtextextended(current_schema() || '/rebuild/' || $1, 0))`
-	// tableColumnsGet describes a table's columns, to tell whether a shadow still has the live
-	// table's shape (a migration may have run since it was started).
-	tableColumnsGet = `SELECT coalesce(string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attname), '')
-FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`
-	tableIndexesList = `SELECT ci.relname FROM pg_index i JOIN pg_class ci ON ci.oid = i.indexrelid
-WHERE i.indrelid = to_regclass($1) ORDER BY ci.relname`
-)
-
 // Rebuild builds a new version of p's view from position zero into a shadow table while the live
 // view keeps serving (and its projector keeps running), catches up with the head of the log, then
 // switches atomically:
@@ -114,8 +97,8 @@ WHERE i.indrelid = to_regclass($1) ORDER BY ci.relname`
 //     shadow into its place, drops the old table, and gives the live checkpoint the shadow's
 //     position. Readers see the old table or the new one, never an empty or half-built one.
 //
-// log is the events log of the database pool connects to.
-func Rebuild(ctx context.Context, pool *pgxpool.Pool, log Log, p Projection, cfg RebuildConfig) (RebuildResult, error) {
+// log is the events log of the database store keeps the views in.
+func Rebuild(ctx context.Context, store Store, log Log, p Projection, cfg RebuildConfig) (RebuildResult, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultRebuildBatchSize
 	}
@@ -125,22 +108,17 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log Log, p Projection, cfg
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &rebuild{pool: pool, log: log, p: p, cfg: cfg, start: time.Now()}
+	r := &rebuild{store: store, log: log, p: p, cfg: cfg, start: time.Now()}
 	r.shadowName, r.shadowTable = shadowNames(p)
 
-	conn, err := pool.Acquire(ctx)
+	release, locked, err := store.RebuildLock(ctx, p.Name())
 	if err != nil {
-		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", p.Name(), err)
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, rebuildLock, p.Name()).Scan(&locked); err != nil {
 		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", p.Name(), err)
 	}
 	if !locked {
 		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", p.Name(), ErrRebuildRunning)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), rebuildUnlock, p.Name()) //nolint:errcheck // the session ends the lock anyway
+	defer release()
 
 	if err := r.prepare(ctx); err != nil {
 		return RebuildResult{}, fmt.Errorf("rebuild %s: %w", p.Name(), err)
@@ -154,7 +132,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log Log, p Projection, cfg
 		if err == nil {
 			break
 		}
-		if !retryableSwitch(err) || attempt == maxSwitchAttempts {
+		if !errors.Is(err, ErrBusy) || attempt == maxSwitchAttempts {
 			return r.result(), fmt.Errorf("rebuild %s: switch: %w", p.Name(), err)
 		}
 		cfg.Logger.Warn("rebuild switch could not take its locks in time; catching up and trying again",
@@ -169,7 +147,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log Log, p Projection, cfg
 
 // rebuild is the state of one Rebuild run.
 type rebuild struct {
-	pool                    *pgxpool.Pool
+	store                   Store
 	log                     Log
 	p                       Projection
 	cfg                     RebuildConfig
@@ -200,48 +178,39 @@ func (r *rebuild) report(phase string) {
 
 // prepare resumes the shadow of an interrupted rebuild, or creates a fresh one.
 func (r *rebuild) prepare(ctx context.Context) error {
-	if _, err := r.pool.Exec(ctx, checkpointEnsure, r.p.Name(), r.p.Version()); err != nil {
+	if err := r.store.CheckpointEnsure(ctx, r.p.Name(), r.p.Version()); err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		cp, err := getCheckpoint(ctx, tx, r.shadowName, true)
-		fresh := errors.Is(err, errNoCheckpoint)
+	return r.store.InTx(ctx, TxOptions{}, func(tx Tx) error {
+		cp, err := tx.CheckpointLock(ctx, r.shadowName)
+		fresh := errors.Is(err, ErrNoCheckpoint)
 		if err != nil && !fresh {
 			return err
 		}
 		if !fresh && !r.cfg.Restart {
-			var live, shadow string
-			if err := tx.QueryRow(ctx, tableColumnsGet, r.p.Table()).Scan(&live); err != nil {
+			same, err := tx.ShadowMatches(ctx, r.p.Table(), r.shadowTable)
+			if err != nil {
 				return err
 			}
-			if err := tx.QueryRow(ctx, tableColumnsGet, r.shadowTable).Scan(&shadow); err != nil {
-				return err
-			}
-			if shadow != "" && shadow == live && cp.version == r.p.Version() {
-				r.resumed = cp.events
+			if same && cp.Version == r.p.Version() {
+				r.resumed = cp.Events
 				r.cfg.Logger.Info("resuming the shadow of an interrupted rebuild", "projection", r.p.Name(),
-					"events", cp.events, "position", cp.at.String())
+					"events", cp.Events, "position", cp.At.String())
 				return nil
 			}
 			r.cfg.Logger.Warn("the shadow of an interrupted rebuild no longer matches the live table or this projection's version; starting over",
-				"projection", r.p.Name(), "shadow_version", cp.version, "code_version", r.p.Version())
+				"projection", r.p.Name(), "shadow_version", cp.Version, "code_version", r.p.Version())
 		}
-		for _, stmt := range []string{
-			`DROP TABLE IF EXISTS ` + ident(r.shadowTable),
-			`CREATE TABLE ` + ident(r.shadowTable) + ` (LIKE ` + ident(r.p.Table()) + ` INCLUDING ALL)`,
-		} {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("create shadow %s: %w", r.shadowTable, err)
-			}
+		if err := tx.ShadowCreate(ctx, r.p.Table(), r.shadowTable); err != nil {
+			return fmt.Errorf("create shadow %s: %w", r.shadowTable, err)
 		}
-		_, err = tx.Exec(ctx, checkpointReset, r.shadowName, r.p.Version())
-		return err
+		return tx.CheckpointReset(ctx, r.shadowName, r.p.Version())
 	})
 }
 
 // countRemaining estimates the events left between the shadow and the head of the log.
 func (r *rebuild) countRemaining(ctx context.Context) error {
-	v, err := viewPosition(ctx, r.pool, r.shadowName)
+	v, err := r.store.Position(ctx, r.shadowName)
 	if err != nil {
 		return err
 	}
@@ -257,13 +226,13 @@ func (r *rebuild) catchUp(ctx context.Context) error {
 		return err
 	}
 	r.report(PhaseBuilding)
-	cp, err := getCheckpoint(ctx, r.pool, r.shadowName, false)
+	cp, err := r.store.CheckpointGet(ctx, r.shadowName)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	at := cp.at
+	at := cp.At
 	next := r.readAhead(ctx, at)
 	for {
 		read := <-next
@@ -279,10 +248,7 @@ func (r *rebuild) catchUp(ctx context.Context) error {
 		if !short {
 			next = r.readAhead(ctx, last)
 		}
-		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, commitAsyncSet); err != nil {
-				return err
-			}
+		err := r.store.InTx(ctx, TxOptions{AsyncCommit: true}, func(tx Tx) error {
 			return applyBatch(ctx, tx, r.p, r.shadowName, r.shadowTable, at, batch)
 		})
 		if err != nil {
@@ -321,23 +287,18 @@ func (r *rebuild) readAhead(ctx context.Context, after LogPosition) <-chan logRe
 // switchOver is the switch transaction (step 3 of Rebuild).
 func (r *rebuild) switchOver(ctx context.Context) error {
 	began := time.Now()
-	live, shadow := ident(r.p.Table()), ident(r.shadowTable)
-	retired := ident(r.p.Table() + "_retired")
 	var applied int64
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, r.cfg.SwitchLockTimeout.Milliseconds())); err != nil {
-			return err
-		}
+	err := r.store.InTx(ctx, TxOptions{LockTimeout: r.cfg.SwitchLockTimeout}, func(tx Tx) error {
 		// The live projector locks this row before each batch: it now waits for the switch.
-		liveCP, err := getCheckpoint(ctx, tx, r.p.Name(), true)
+		liveCP, err := tx.CheckpointLock(ctx, r.p.Name())
 		if err != nil {
 			return err
 		}
-		shadowCP, err := getCheckpoint(ctx, tx, r.shadowName, true)
+		shadowCP, err := tx.CheckpointLock(ctx, r.shadowName)
 		if err != nil {
 			return err
 		}
-		at := shadowCP.at
+		at := shadowCP.At
 		for {
 			batch, err := r.log.ReadLog(ctx, at, r.cfg.BatchSize)
 			if err != nil {
@@ -354,27 +315,14 @@ func (r *rebuild) switchOver(ctx context.Context) error {
 		}
 		// The log only grows below the oldest running transaction, so the loop above brought the
 		// shadow at least as far as the live view got; a view must never move backwards.
-		if logBefore(at, liveCP.at) {
-			return fmt.Errorf("shadow at %s is behind the live view at %s", at, liveCP.at)
+		if logBefore(at, liveCP.At) {
+			return fmt.Errorf("shadow at %s is behind the live view at %s", at, liveCP.At)
 		}
 		// Readers wait from here to the commit only: the catch-up above did not block them.
-		for _, stmt := range []string{
-			`LOCK TABLE ` + live + ` IN ACCESS EXCLUSIVE MODE`,
-			`ALTER TABLE ` + live + ` RENAME TO ` + retired,
-			`ALTER TABLE ` + shadow + ` RENAME TO ` + live,
-			`DROP TABLE ` + retired,
-		} {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		if err := renameIndexes(ctx, tx, r.shadowTable, r.p.Table()); err != nil {
+		if err := tx.ShadowSwitch(ctx, r.p.Table(), r.shadowTable); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, checkpointMove, r.p.Name(), r.shadowName); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, checkpointDelete, r.shadowName); err != nil {
+		if err := tx.CheckpointMove(ctx, r.p.Name(), r.shadowName); err != nil {
 			return err
 		}
 		r.position = at
@@ -386,36 +334,6 @@ func (r *rebuild) switchOver(ctx context.Context) error {
 	r.applied += applied
 	r.switchElapsed = time.Since(began)
 	return nil
-}
-
-// renameIndexes gives the indexes a table inherited from its shadow the names they would have
-// had on the table created by the migrations (CREATE TABLE ... LIKE names them after the shadow).
-func renameIndexes(ctx context.Context, tx pgx.Tx, from, to string) error {
-	rows, err := tx.Query(ctx, tableIndexesList, to)
-	if err != nil {
-		return err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		suffix, ok := strings.CutPrefix(name, from+"_")
-		if !ok {
-			continue
-		}
-		if _, err := tx.Exec(ctx, `ALTER INDEX `+ident(name)+` RENAME TO `+ident(to+"_"+suffix)); err != nil {
-			return fmt.Errorf("rename index %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// retryableSwitch reports whether a failed switch may simply be tried again: it timed out on a
-// lock (a long reader, a running verify) or lost a deadlock.
-func retryableSwitch(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
 }
 
 // logBefore reports whether a comes before b in the log's order.

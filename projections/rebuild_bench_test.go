@@ -111,7 +111,7 @@ func TestRebuildThroughput(t *testing.T) {
 	report("raw INSERT ... SELECT of the log into a plain table", total, time.Since(start))
 
 	for _, p := range projections.All() {
-		res, err := projections.Rebuild(ctx, b.pool, b.store, p, projections.RebuildConfig{})
+		res, err := projections.Rebuild(ctx, b.views, b.store, p, projections.RebuildConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestRebuildThroughput(t *testing.T) {
 	}
 	for _, p := range projections.All() {
 		start = time.Now()
-		res, err := projections.Verify(ctx, b.pool, p)
+		res, err := projections.Verify(ctx, b.views, p)
 		if err != nil {
 			t.Fatal(err)
 		}

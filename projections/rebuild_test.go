@@ -76,7 +76,7 @@ func TestRebuildUnderConcurrentWrites(t *testing.T) {
 	}
 
 	// The reader: through the read API's snapshot and through plain statements.
-	reader := projections.NewReader(b.pool)
+	reader := b.views
 	var reads atomic.Int64
 	readErr := make(chan error, 1)
 	stopReading := make(chan struct{})
@@ -111,7 +111,7 @@ func TestRebuildUnderConcurrentWrites(t *testing.T) {
 	}()
 
 	for _, p := range projections.All() {
-		res, err := projections.Rebuild(ctx, b.pool, b.store, p, projections.RebuildConfig{BatchSize: 40, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		res, err := projections.Rebuild(ctx, b.views, b.store, p, projections.RebuildConfig{BatchSize: 40, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 		if err != nil {
 			t.Fatalf("rebuild %s: %v", p.Name(), err)
 		}
@@ -172,7 +172,7 @@ func TestRebuildResumesAfterKill(t *testing.T) {
 	p := projections.StatusProjection{}
 
 	killed, kill := context.WithCancel(ctx)
-	_, err := projections.Rebuild(killed, b.pool, b.store, p, projections.RebuildConfig{BatchSize: 25,
+	_, err := projections.Rebuild(killed, b.views, b.store, p, projections.RebuildConfig{BatchSize: 25,
 		Progress: func(pr projections.RebuildProgress) {
 			if pr.Applied >= total/3 {
 				kill()
@@ -192,7 +192,7 @@ func TestRebuildResumesAfterKill(t *testing.T) {
 		t.Fatal("the shadow table is empty after the kill")
 	}
 	b.verifyAll(t) // the live view is whole and untouched
-	rebuilds, err := projections.NewReader(b.pool).Rebuilds(ctx)
+	rebuilds, err := b.views.Rebuilds(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestRebuildResumesAfterKill(t *testing.T) {
 	}
 
 	var phases []string
-	res, err := projections.Rebuild(ctx, b.pool, b.store, p, projections.RebuildConfig{BatchSize: 25,
+	res, err := projections.Rebuild(ctx, b.views, b.store, p, projections.RebuildConfig{BatchSize: 25,
 		Progress: func(pr projections.RebuildProgress) {
 			if len(phases) == 0 || phases[len(phases)-1] != pr.Phase {
 				phases = append(phases, pr.Phase)
@@ -233,13 +233,13 @@ func TestRebuildResumesAfterKill(t *testing.T) {
 
 	// --restart throws a shadow away instead of resuming it.
 	kill2Ctx, kill2 := context.WithCancel(ctx)
-	_, _ = projections.Rebuild(kill2Ctx, b.pool, b.store, p, projections.RebuildConfig{BatchSize: 25,
+	_, _ = projections.Rebuild(kill2Ctx, b.views, b.store, p, projections.RebuildConfig{BatchSize: 25,
 		Progress: func(pr projections.RebuildProgress) {
 			if pr.Applied > 0 {
 				kill2()
 			}
 		}})
-	res, err = projections.Rebuild(ctx, b.pool, b.store, p, projections.RebuildConfig{BatchSize: 25, Restart: true})
+	res, err = projections.Rebuild(ctx, b.views, b.store, p, projections.RebuildConfig{BatchSize: 25, Restart: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestRebuildFillsTheNewColumn(t *testing.T) {
 	if attempted == 0 {
 		t.Fatal("no delivery has an attempt; the column is not exercised")
 	}
-	res, err := projections.Verify(ctx, b.pool, projections.StatusProjection{})
+	res, err := projections.Verify(ctx, b.views, projections.StatusProjection{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestRebuildFillsTheNewColumn(t *testing.T) {
 		t.Fatalf("view version %d after the column came back empty, want 1", version)
 	}
 
-	if _, err := projections.Rebuild(ctx, b.pool, b.store, projections.StatusProjection{}, projections.RebuildConfig{}); err != nil {
+	if _, err := projections.Rebuild(ctx, b.views, b.store, projections.StatusProjection{}, projections.RebuildConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	b.verifyAll(t)
@@ -354,14 +354,14 @@ func TestRebuildRefusesASecondRebuildOfTheSameView(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := projections.Rebuild(ctx, b.pool, b.store, projections.DLQProjection{}, projections.RebuildConfig{BatchSize: 10,
+		_, err := projections.Rebuild(ctx, b.views, b.store, projections.DLQProjection{}, projections.RebuildConfig{BatchSize: 10,
 			Progress: func(projections.RebuildProgress) {
 				once.Do(func() { close(started); <-release })
 			}})
 		done <- err
 	}()
 	<-started
-	_, err := projections.Rebuild(ctx, b.pool, b.store, projections.DLQProjection{}, projections.RebuildConfig{})
+	_, err := projections.Rebuild(ctx, b.views, b.store, projections.DLQProjection{}, projections.RebuildConfig{})
 	close(release)
 	if !errors.Is(err, projections.ErrRebuildRunning) {
 		t.Fatalf("second rebuild: %v, want ErrRebuildRunning", err)
@@ -370,7 +370,7 @@ func TestRebuildRefusesASecondRebuildOfTheSameView(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another view may be rebuilt meanwhile.
-	if _, err := projections.Rebuild(ctx, b.pool, b.store, projections.CountersProjection{}, projections.RebuildConfig{}); err != nil {
+	if _, err := projections.Rebuild(ctx, b.views, b.store, projections.CountersProjection{}, projections.RebuildConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	b.verifyAll(t)
@@ -397,7 +397,7 @@ func TestVerifyReportsEveryKindOfDifference(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status, err := projections.Verify(ctx, b.pool, projections.StatusProjection{})
+	status, err := projections.Verify(ctx, b.views, projections.StatusProjection{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestVerifyReportsEveryKindOfDifference(t *testing.T) {
 		t.Fatalf("status differences %v", status.Differences)
 	}
 	for _, p := range []projections.Projection{projections.DLQProjection{}, projections.CountersProjection{}} {
-		res, err := projections.Verify(ctx, b.pool, p)
+		res, err := projections.Verify(ctx, b.views, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -433,7 +433,7 @@ func TestRebuildSwitchRetriesWhenItCannotLock(t *testing.T) {
 
 	var switches int
 	var readerTx pgx.Tx
-	res, err := projections.Rebuild(ctx, b.pool, b.store, projections.StatusProjection{}, projections.RebuildConfig{
+	res, err := projections.Rebuild(ctx, b.views, b.store, projections.StatusProjection{}, projections.RebuildConfig{
 		BatchSize: 10, SwitchLockTimeout: 200 * time.Millisecond,
 		Progress: func(pr projections.RebuildProgress) {
 			if pr.Phase != projections.PhaseSwitching {

@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Defaults of RunnerConfig.
@@ -106,22 +103,22 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 // checkpoint. Several runners (in several processes) may run at once: they take turns on each
 // checkpoint and never apply an event twice.
 type Runner struct {
-	pool        *pgxpool.Pool
+	store       Store
 	log         Log
 	projections []Projection
 	cfg         RunnerConfig
 }
 
-// NewRunner returns a projector for the projections over pool, following log, the events log of
-// the same database.
-func NewRunner(pool *pgxpool.Pool, log Log, projections []Projection, cfg RunnerConfig) (*Runner, error) {
+// NewRunner returns a projector for the projections kept in store, following log, the events log
+// of the same database.
+func NewRunner(store Store, log Log, projections []Projection, cfg RunnerConfig) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if len(projections) == 0 {
 		return nil, errors.New("projector: no projections")
 	}
-	return &Runner{pool: pool, log: log, projections: projections, cfg: cfg.withDefaults()}, nil
+	return &Runner{store: store, log: log, projections: projections, cfg: cfg.withDefaults()}, nil
 }
 
 // Run keeps the views until ctx is cancelled. A failing batch is logged and retried with a
@@ -179,20 +176,20 @@ func (r *Runner) Run(ctx context.Context) error {
 // prepare makes sure the checkpoint exists and warns about a view that a different version of
 // the projection built.
 func (r *Runner) prepare(ctx context.Context, p Projection) error {
-	if _, err := r.pool.Exec(ctx, checkpointEnsure, p.Name(), p.Version()); err != nil {
-		return fmt.Errorf("projector: create checkpoint of %s: %w", p.Name(), err)
+	if err := r.store.CheckpointEnsure(ctx, p.Name(), p.Version()); err != nil {
+		return fmt.Errorf("projector: %w", err)
 	}
-	cp, err := getCheckpoint(ctx, r.pool, p.Name(), false)
+	cp, err := r.store.CheckpointGet(ctx, p.Name())
 	if err != nil {
 		return fmt.Errorf("projector: %w", err)
 	}
 	switch {
-	case cp.events > 0 && cp.version < p.Version():
+	case cp.Events > 0 && cp.Version < p.Version():
 		r.cfg.Logger.Warn("view was built by an older projection: rows from before the upgrade lack the new columns; run `ledger projections rebuild "+p.Name()+"`",
-			"projection", p.Name(), "view_version", cp.version, "code_version", p.Version())
-	case cp.version > p.Version():
+			"projection", p.Name(), "view_version", cp.Version, "code_version", p.Version())
+	case cp.Version > p.Version():
 		r.cfg.Logger.Warn("view was built by a newer projection than this binary's",
-			"projection", p.Name(), "view_version", cp.version, "code_version", p.Version())
+			"projection", p.Name(), "view_version", cp.Version, "code_version", p.Version())
 	}
 	return nil
 }
@@ -248,19 +245,16 @@ func (r *Runner) follow(ctx context.Context, p Projection, wake <-chan struct{})
 
 // step applies one batch of p. more reports that the log may hold further readable events.
 func (r *Runner) step(ctx context.Context, p Projection) (more bool, err error) {
-	cp, err := getCheckpoint(ctx, r.pool, p.Name(), false)
+	cp, err := r.store.CheckpointGet(ctx, p.Name())
 	if err != nil {
 		return false, err
 	}
-	batch, err := r.log.ReadLog(ctx, cp.at, r.cfg.BatchSize)
+	batch, err := r.log.ReadLog(ctx, cp.At, r.cfg.BatchSize)
 	if err != nil || len(batch) == 0 {
 		return false, err
 	}
-	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, commitAsyncSet); err != nil {
-			return err
-		}
-		return applyBatch(ctx, tx, p, p.Name(), p.Table(), cp.at, batch)
+	err = r.store.InTx(ctx, TxOptions{AsyncCommit: true}, func(tx Tx) error {
+		return applyBatch(ctx, tx, p, p.Name(), p.Table(), cp.At, batch)
 	})
 	if errors.Is(err, errCheckpointMoved) {
 		return true, nil
@@ -292,9 +286,6 @@ func (r *Runner) CatchUp(ctx context.Context) error {
 	return nil
 }
 
-// countersTotalsGet sums the counters view over tenants, for the deliveries gauge.
-const countersTotalsGet = `SELECT channel, state, sum(deliveries)::bigint FROM counters_view GROUP BY channel, state`
-
 // watchLag refreshes the lag gauges (and the deliveries-by-state gauge) until ctx is cancelled.
 func (r *Runner) watchLag(ctx context.Context) {
 	ticker := time.NewTicker(r.cfg.LagInterval)
@@ -311,7 +302,7 @@ func (r *Runner) watchLag(ctx context.Context) {
 
 func (r *Runner) recordLag(ctx context.Context) {
 	for _, p := range r.projections {
-		v, err := viewPosition(ctx, r.pool, p.Name())
+		v, err := r.store.Position(ctx, p.Name())
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("read projection lag", "projection", p.Name(), "err", err)
@@ -322,17 +313,12 @@ func (r *Runner) recordLag(ctx context.Context) {
 		if p.Name() != NameCounters {
 			continue
 		}
-		rows, err := r.pool.Query(ctx, countersTotalsGet)
+		totals, err := r.store.CountersTotals(ctx)
 		if err != nil {
 			continue
 		}
-		for rows.Next() {
-			var channel, state string
-			var n int64
-			if rows.Scan(&channel, &state, &n) == nil {
-				r.cfg.Metrics.ViewDeliveries(channel, state, n)
-			}
+		for _, t := range totals {
+			r.cfg.Metrics.ViewDeliveries(t.Channel, string(t.State), t.Deliveries)
 		}
-		rows.Close()
 	}
 }

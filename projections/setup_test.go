@@ -23,12 +23,13 @@ type bundle struct {
 	schema *pgtest.Schema
 	pool   *pgxpool.Pool
 	store  *postgres.EventStore
+	views  *postgres.Views
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	s := pgtest.New(t)
-	return &bundle{schema: s, pool: s.Pool, store: postgres.NewEventStore(s.Pool)}
+	return &bundle{schema: s, pool: s.Pool, store: postgres.NewEventStore(s.Pool), views: postgres.NewViews(s.Pool)}
 }
 
 // runner returns a projector with small batches, so that tests cross many batch boundaries.
@@ -37,7 +38,7 @@ func (b *bundle) runner(t *testing.T, batch int, ps ...projections.Projection) *
 	if len(ps) == 0 {
 		ps = projections.All()
 	}
-	r, err := projections.NewRunner(b.pool, b.store, ps, projections.RunnerConfig{BatchSize: batch, PollInterval: 10 * time.Millisecond, LagInterval: 50 * time.Millisecond})
+	r, err := projections.NewRunner(b.views, b.store, ps, projections.RunnerConfig{BatchSize: batch, PollInterval: 10 * time.Millisecond, LagInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func (b *bundle) catchUp(t *testing.T) {
 func (b *bundle) verifyAll(t *testing.T) {
 	t.Helper()
 	for _, p := range projections.All() {
-		res, err := projections.Verify(context.Background(), b.pool, p)
+		res, err := projections.Verify(context.Background(), b.views, p)
 		if err != nil {
 			t.Fatalf("verify %s: %v", p.Name(), err)
 		}
@@ -318,7 +319,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool,
 
 // caughtUp reports whether the named views (all when none is named) have applied the whole log.
 func (b *bundle) caughtUp(ctx context.Context, names ...string) (bool, error) {
-	positions, err := projections.NewReader(b.pool).Positions(ctx)
+	positions, err := b.views.Positions(ctx)
 	if err != nil {
 		return false, err
 	}

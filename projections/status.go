@@ -3,16 +3,14 @@ package projections
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// StatusRow is one delivery in the status view.
+// StatusRow is one delivery in the status view. The db tags name the columns (in Verify's
+// differences); postgres.statusColumns, the one list every statement of the view derives from,
+// is held to them by a test.
 type StatusRow struct {
 	ID             string          `db:"id"`
 	Tenant         string          `db:"tenant"`
@@ -146,61 +144,9 @@ func (StatusProjection) Table() string { return "status_view" }
 // give_up_at.
 func (StatusProjection) Version() int { return 3 }
 
-const statusColumns = `id::text, tenant, notification_id, channel, recipient, priority, state, version, attempts,
-max_attempts, provider, provider_operation_id, last_error_class, last_error, last_status_code, next_attempt_at,
-idempotency_key, accepted_at, updated_at, terminal_at, first_attempt_at, check_at, give_up_at`
-
-func scanStatus(row pgx.CollectableRow) (StatusRow, error) {
-	var r StatusRow
-	err := row.Scan(&r.ID, &r.Tenant, &r.NotificationID, &r.Channel, &r.Recipient, &r.Priority, &r.State, &r.Version,
-		&r.Attempts, &r.MaxAttempts, &r.Provider, &r.ProviderOperationID, &r.LastErrorClass, &r.LastError,
-		&r.LastStatusCode, &r.NextAttemptAt, &r.RequestKey, &r.AcceptedAt, &r.UpdatedAt, &r.TerminalAt, &r.FirstAttemptAt,
-		&r.CheckAt, &r.GiveUpAt)
-	r.AcceptedAt, r.UpdatedAt = r.AcceptedAt.UTC(), r.UpdatedAt.UTC()
-	r.NextAttemptAt, r.TerminalAt, r.FirstAttemptAt = utcPtr(r.NextAttemptAt), utcPtr(r.TerminalAt), utcPtr(r.FirstAttemptAt)
-	r.CheckAt, r.GiveUpAt = utcPtr(r.CheckAt), utcPtr(r.GiveUpAt)
-	return r, err
-}
-
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
-// Statements of the status projection; %[1]s is the table (live or shadow).
-const (
-	statusRowsGet = `SELECT ` + statusColumns + ` FROM %[1]s WHERE id = ANY($1::uuid[])`
-
-	// The update is guarded by the version the row had when it was read: a row that moved in
-	// between (which the checkpoint lock rules out) is not overwritten, and the count tells.
-	statusRowsUpdate = `UPDATE %[1]s AS v SET
-	tenant = u.tenant, notification_id = u.notification_id, channel = u.channel, recipient = u.recipient,
-	priority = u.priority, state = u.state, version = u.version, attempts = u.attempts,
-	max_attempts = u.max_attempts, provider = u.provider, provider_operation_id = u.provider_operation_id,
-	last_error_class = u.last_error_class, last_error = u.last_error, last_status_code = u.last_status_code,
-	next_attempt_at = u.next_attempt_at, idempotency_key = u.idempotency_key, accepted_at = u.accepted_at,
-	updated_at = u.updated_at, terminal_at = u.terminal_at, first_attempt_at = u.first_attempt_at,
-	check_at = u.check_at, give_up_at = u.give_up_at
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[],
-	$9::int[], $10::int[], $11::text[], $12::text[], $13::text[], $14::text[], $15::int[], $16::timestamptz[],
-	$17::text[], $18::timestamptz[], $19::timestamptz[], $20::timestamptz[], $21::timestamptz[], $22::timestamptz[],
-	$23::timestamptz[], $24::int[])
-	AS u(id, tenant, notification_id, channel, recipient, priority, state, version, attempts, max_attempts,
-	provider, provider_operation_id, last_error_class, last_error, last_status_code, next_attempt_at,
-	idempotency_key, accepted_at, updated_at, terminal_at, first_attempt_at, check_at, give_up_at, expected_version)
-WHERE v.id = u.id AND v.version = u.expected_version`
-
-	// By the uuid column (the index), not the text output column of the same name; both orders
-	// agree with the log's delivery_id order, which the merge in Verify relies on.
-	statusRowsList = `SELECT ` + statusColumns + ` FROM %[1]s AS v ORDER BY v.id`
-)
-
 // Apply implements Projection: it reads the rows of the deliveries the batch continues, folds
 // the batch in memory, and writes the result with one insert and one update.
-func (StatusProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batch []LoggedEvent) error {
+func (StatusProjection) Apply(ctx context.Context, tx Tx, table string, batch []LoggedEvent) error {
 	streams, err := groupStreams(batch)
 	if err != nil {
 		return err
@@ -213,11 +159,7 @@ func (StatusProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batc
 	}
 	existing := map[string]StatusRow{}
 	if len(continued) > 0 {
-		rows, err := tx.Query(ctx, fmt.Sprintf(statusRowsGet, ident(table)), continued)
-		if err != nil {
-			return fmt.Errorf("read status rows: %w", err)
-		}
-		got, err := pgx.CollectRows(rows, scanStatus)
+		got, err := tx.StatusRowsGet(ctx, table, continued)
 		if err != nil {
 			return fmt.Errorf("read status rows: %w", err)
 		}
@@ -225,112 +167,52 @@ func (StatusProjection) Apply(ctx context.Context, tx pgx.Tx, table string, batc
 			existing[r.ID] = r
 		}
 	}
-	var inserts, updates statusColumnsArrays
+	var inserts, updates []StatusRow
+	var expected []int
 	for _, s := range streams {
 		row, ok := existing[s.id]
 		if !ok && s.events[0].Version > 1 {
 			return fmt.Errorf("delivery %s: event version %d but no status row", s.id, s.events[0].Version)
 		}
-		expected := row.Version
+		before := row.Version
 		for _, e := range s.events {
 			if err := row.apply(e); err != nil {
 				return err
 			}
 		}
 		if ok {
-			updates.add(row, expected)
+			updates, expected = append(updates, row), append(expected, before)
 		} else {
-			inserts.add(row, 0)
+			inserts = append(inserts, row)
 		}
 	}
-	if inserts.n > 0 {
-		// COPY is the cheapest way in for the new rows, which are most rows of a rebuild.
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{table}, statusCopyColumns, pgx.CopyFromSlice(inserts.n, inserts.row)); err != nil {
+	if len(inserts) > 0 {
+		if err := tx.StatusRowsInsert(ctx, table, inserts); err != nil {
 			return fmt.Errorf("insert status rows: %w", err)
 		}
 	}
-	if updates.n > 0 {
-		tag, err := tx.Exec(ctx, fmt.Sprintf(statusRowsUpdate, ident(table)), updates.args()...)
+	if len(updates) > 0 {
+		// The update is guarded by the version each row had when it was read: a row that moved
+		// in between (which the checkpoint lock rules out) is not overwritten, and the count tells.
+		n, err := tx.StatusRowsUpdate(ctx, table, updates, expected)
 		if err != nil {
 			return fmt.Errorf("update status rows: %w", err)
 		}
-		if int(tag.RowsAffected()) != updates.n {
-			return fmt.Errorf("update status rows: %d of %d rows were at the expected version", tag.RowsAffected(), updates.n)
+		if int(n) != len(updates) {
+			return fmt.Errorf("update status rows: %d of %d rows were at the expected version", n, len(updates))
 		}
 	}
 	return nil
 }
 
-// statusColumnsArrays holds rows column by column, the shape unnest takes.
-type statusColumnsArrays struct {
-	n                                                             int
-	ids, tenants, notifications, channels, recipients, priorities []string
-	states, providers, operations, classes, errors, keys          []string
-	versions, attempts, maxAttempts, codes, expected              []int32
-	accepted, updated                                             []time.Time
-	next, terminal, first, check, giveUp                          []*time.Time
-}
-
-func (a *statusColumnsArrays) add(r StatusRow, expected int) {
-	a.n++
-	a.ids = append(a.ids, r.ID)
-	a.tenants = append(a.tenants, r.Tenant)
-	a.notifications = append(a.notifications, r.NotificationID)
-	a.channels = append(a.channels, r.Channel)
-	a.recipients = append(a.recipients, r.Recipient)
-	a.priorities = append(a.priorities, string(r.Priority))
-	a.states = append(a.states, string(r.State))
-	a.versions = append(a.versions, int32(r.Version))
-	a.attempts = append(a.attempts, int32(r.Attempts))
-	a.maxAttempts = append(a.maxAttempts, int32(r.MaxAttempts))
-	a.providers = append(a.providers, r.Provider)
-	a.operations = append(a.operations, r.ProviderOperationID)
-	a.classes = append(a.classes, string(r.LastErrorClass))
-	a.errors = append(a.errors, r.LastError)
-	a.codes = append(a.codes, int32(r.LastStatusCode))
-	a.next = append(a.next, r.NextAttemptAt)
-	a.keys = append(a.keys, r.RequestKey)
-	a.accepted = append(a.accepted, r.AcceptedAt)
-	a.updated = append(a.updated, r.UpdatedAt)
-	a.terminal = append(a.terminal, r.TerminalAt)
-	a.first = append(a.first, r.FirstAttemptAt)
-	a.check = append(a.check, r.CheckAt)
-	a.giveUp = append(a.giveUp, r.GiveUpAt)
-	a.expected = append(a.expected, int32(expected))
-}
-
-// statusCopyColumns are the columns COPY writes.
-var statusCopyColumns = []string{"id", "tenant", "notification_id", "channel", "recipient", "priority", "state", "version",
-	"attempts", "max_attempts", "provider", "provider_operation_id", "last_error_class", "last_error", "last_status_code",
-	"next_attempt_at", "idempotency_key", "accepted_at", "updated_at", "terminal_at", "first_attempt_at", "check_at",
-	"give_up_at"}
-
-// row is row i in the column order of statusCopyColumns, for COPY.
-func (a *statusColumnsArrays) row(i int) ([]any, error) {
-	id, err := uuid.Parse(a.ids[i])
-	if err != nil {
-		return nil, err
-	}
-	return []any{id, a.tenants[i], a.notifications[i], a.channels[i], a.recipients[i], a.priorities[i], a.states[i],
-		a.versions[i], a.attempts[i], a.maxAttempts[i], a.providers[i], a.operations[i], a.classes[i], a.errors[i],
-		a.codes[i], a.next[i], a.keys[i], a.accepted[i], a.updated[i], a.terminal[i], a.first[i], a.check[i], a.giveUp[i]}, nil
-}
-
-// args are the arrays of statusRowsUpdate.
-func (a *statusColumnsArrays) args() []any {
-	return []any{a.ids, a.tenants, a.notifications, a.channels, a.recipients, a.priorities, a.states, a.versions,
-		a.attempts, a.maxAttempts, a.providers, a.operations, a.classes, a.errors, a.codes, a.next, a.keys,
-		a.accepted, a.updated, a.terminal, a.first, a.check, a.giveUp, a.expected}
-}
-
 // Verify implements Projection: it walks the view and the log's streams side by side, both in
 // delivery id order, folding each stream from nothing.
-func (StatusProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upTo LogPosition, report func(Difference)) error {
-	live, err := openCursor(ctx, tx, "verify_rows", fmt.Sprintf(statusRowsList, ident(table)), scanStatus)
+func (StatusProjection) Verify(ctx context.Context, snap Snapshot, table string, upTo LogPosition, report func(Difference)) error {
+	live, err := snap.StatusRowsList(ctx, table)
 	if err != nil {
 		return err
 	}
-	streams, err := openStreams(ctx, tx, upTo)
+	streams, err := openStreams(ctx, snap, upTo)
 	if err != nil {
 		return err
 	}
@@ -348,9 +230,9 @@ func (StatusProjection) Verify(ctx context.Context, tx pgx.Tx, table string, upT
 
 // mergeByID walks live rows and streams, both ordered by delivery id, and reports the rows that
 // are missing, extra or different. fold returns the row a stream should have (ok false: none).
-func mergeByID[R any](ctx context.Context, live *cursor[R], streams *streamReader, id func(R) string,
+func mergeByID[R any](ctx context.Context, live Rows[R], streams *streamReader, id func(R) string,
 	fold func(*stream) (R, bool, error), report func(Difference)) error {
-	row, haveRow, err := live.next(ctx)
+	row, haveRow, err := live.Next(ctx)
 	if err != nil {
 		return err
 	}
@@ -362,7 +244,7 @@ func mergeByID[R any](ctx context.Context, live *cursor[R], streams *streamReade
 		switch {
 		case s == nil || (haveRow && id(row) < s.id):
 			report(Difference{Key: id(row), Live: "a row", Expected: noRow})
-			if row, haveRow, err = live.next(ctx); err != nil {
+			if row, haveRow, err = live.Next(ctx); err != nil {
 				return err
 			}
 		case !haveRow || s.id < id(row):
@@ -386,7 +268,7 @@ func mergeByID[R any](ctx context.Context, live *cursor[R], streams *streamReade
 			} else {
 				report(Difference{Key: s.id, Live: "a row", Expected: noRow})
 			}
-			if row, haveRow, err = live.next(ctx); err != nil {
+			if row, haveRow, err = live.Next(ctx); err != nil {
 				return err
 			}
 			if s, err = streams.next(ctx); err != nil {
@@ -395,9 +277,4 @@ func mergeByID[R any](ctx context.Context, live *cursor[R], streams *streamReade
 		}
 	}
 	return nil
-}
-
-// ident quotes a table name for SQL text.
-func ident(name string) string {
-	return pgx.Identifier{strings.TrimSpace(name)}.Sanitize()
 }

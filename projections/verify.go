@@ -3,9 +3,6 @@ package projections
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // maxDifferencesKept bounds the differences a VerifyResult lists; the total is still counted.
@@ -31,19 +28,15 @@ type VerifyResult struct {
 // with the events up to that checkpoint only, so a projector that keeps running meanwhile does
 // not cause false differences. The snapshot takes no transaction id, so it does not hold back the
 // log followers (they read below the oldest running transaction).
-func Verify(ctx context.Context, pool *pgxpool.Pool, p Projection) (VerifyResult, error) {
+func Verify(ctx context.Context, store Store, p Projection) (VerifyResult, error) {
 	var res VerifyResult
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// Lock before the snapshot is taken; see Reader.readView.
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+ident(p.Table())+` IN ACCESS SHARE MODE`); err != nil {
-			return err
-		}
-		v, err := viewPosition(ctx, tx, p.Name())
+	err := store.Snapshot(ctx, p.Table(), func(snap Snapshot) error {
+		v, err := snap.Position(ctx, p.Name())
 		if err != nil {
 			return err
 		}
 		res.Position, res.Behind = v.Position, v.LagEvents
-		return p.Verify(ctx, tx, p.Table(), v.Position, func(d Difference) {
+		return p.Verify(ctx, snap, p.Table(), v.Position, func(d Difference) {
 			res.Total++
 			if len(res.Differences) < maxDifferencesKept {
 				res.Differences = append(res.Differences, d)

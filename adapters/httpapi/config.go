@@ -114,7 +114,7 @@ type EventReader interface {
 }
 
 // Views is the read side the list endpoints need: pages of the projections' views, each with the
-// position of the view it was read from. projections.Reader implements it.
+// position of the view it was read from. postgres.Views implements it.
 type Views interface {
 	// Deliveries lists a tenant's deliveries from the status view, newest first.
 	Deliveries(ctx context.Context, tenant string, f projections.Filter) (projections.Page[projections.StatusRow], error)

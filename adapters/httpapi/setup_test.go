@@ -19,7 +19,6 @@ import (
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/projections"
 )
 
 // Bearer keys of the two tenants every test server knows.
@@ -78,7 +77,7 @@ func setup(t testing.TB, opts ...option) *bundle {
 		Events:           store,
 		Requests:         store,
 		OperatorRequests: store,
-		Views:            projections.NewReader(schema.Pool),
+		Views:            postgres.NewViews(schema.Pool),
 		Replay:           replay,
 		Reconcile: commands.NewReconcileHandler(store, topics, commands.SystemClock{},
 			func(string) domain.RetryPolicy { return domain.DefaultRetryPolicy() }),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -55,11 +56,11 @@ func (l listAnswer) ids() []string {
 func (b *bundle) project(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := projections.NewRunner(b.schema.Pool, b.store, projections.All(), projections.RunnerConfig{BatchSize: 50})
+	r, err := projections.NewRunner(postgres.NewViews(b.schema.Pool), b.store, projections.All(), projections.RunnerConfig{BatchSize: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := projections.NewReader(b.schema.Pool)
+	reader := postgres.NewViews(b.schema.Pool)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if err := r.CatchUp(ctx); err != nil {

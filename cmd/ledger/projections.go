@@ -141,7 +141,7 @@ func rebuildCommand(ctx context.Context, cfg app.Config, p projections.Projectio
 	rc.Progress = func(pr projections.RebuildProgress) {
 		prog.update(pr.Phase, pr.Resumed+pr.Applied, pr.Resumed+pr.Applied+pr.Remaining, pr.Applied, pr.Phase != projections.PhaseBuilding)
 	}
-	res, err := projections.Rebuild(ctx, pool, postgres.NewEventStore(pool), p, rc)
+	res, err := projections.Rebuild(ctx, postgres.NewViews(pool), postgres.NewEventStore(pool), p, rc)
 	prog.done()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -168,7 +168,7 @@ func verifyCommand(ctx context.Context, cfg app.Config, ps []projections.Project
 	defer pool.Close()
 	differ := 0
 	for _, p := range ps {
-		res, err := projections.Verify(ctx, pool, p)
+		res, err := projections.Verify(ctx, postgres.NewViews(pool), p)
 		if err != nil {
 			return err
 		}
@@ -203,7 +203,7 @@ func projectionStatusCommand(ctx context.Context, cfg app.Config, stdout io.Writ
 		return err
 	}
 	defer pool.Close()
-	positions, err := projections.NewReader(pool).Positions(ctx)
+	positions, err := postgres.NewViews(pool).Positions(ctx)
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func projectionStatusCommand(ctx context.Context, cfg app.Config, stdout io.Writ
 		fmt.Fprintf(stdout, "%-10s %-8d %-24s %12d %12d %9.1fs  %s%s\n", v.Name, v.Version, v.Position, v.Events,
 			v.LagEvents, v.LagSeconds, v.UpdatedAt.Format(time.RFC3339), stale)
 	}
-	rebuilds, err := projections.NewReader(pool).Rebuilds(ctx)
+	rebuilds, err := postgres.NewViews(pool).Rebuilds(ctx)
 	if err != nil {
 		return err
 	}

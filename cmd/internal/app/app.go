@@ -34,7 +34,7 @@ type App struct {
 	roles    map[string]bool
 	pool     *pgxpool.Pool
 	store    *postgres.EventStore
-	views    *projections.Reader
+	views    *postgres.Views
 	channels *commands.Channels
 	policies commands.Policies
 	topology amqp.Topology
@@ -169,7 +169,7 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 	a.store = postgres.NewEventStore(a.pool)
-	a.views = projections.NewReader(a.pool)
+	a.views = postgres.NewViews(a.pool)
 	clock := commands.SystemClock{}
 	policies := a.policies
 
@@ -202,7 +202,7 @@ func (a *App) build(ctx context.Context) error {
 
 	if a.roles["projector"] {
 		var err error
-		a.projector, err = projections.NewRunner(a.pool, a.store, projections.All(), projections.RunnerConfig{
+		a.projector, err = projections.NewRunner(a.views, a.store, projections.All(), projections.RunnerConfig{
 			BatchSize:    cfg.ProjectorBatchSize,
 			PollInterval: cfg.ProjectorPollInterval,
 			Gather:       cmp.Or(cfg.ProjectorGather, -1), // 0 on the command line: no wait

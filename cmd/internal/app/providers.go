@@ -14,7 +14,6 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/projections"
 )
 
 // healthInterval is how often a worker process reports its breakers for GET /v1/providers, and
@@ -170,7 +169,7 @@ func (c countedLookup) Lookup(ctx context.Context, q commands.LookupQuery) (comm
 }
 
 // dueChecks gives the reconciler the status view's deliveries due a look.
-type dueChecks struct{ views *projections.Reader }
+type dueChecks struct{ views *postgres.Views }
 
 func (d dueChecks) DueChecks(ctx context.Context, now time.Time, askable []string, limit int) ([]commands.DueCheck, error) {
 	rows, err := d.views.DueChecks(ctx, now, slices.Sorted(slices.Values(askable)), limit)

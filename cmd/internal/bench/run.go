@@ -259,7 +259,7 @@ func benchE2E(ctx context.Context, base app.Config, opts Options, rep *Report, m
 	}
 	// The views the projector would keep for them (the sustained run has no projector: it
 	// would compete for the two cores), built now, after the CPU was read.
-	if runner, err := projections.NewRunner(e2e.pool, postgres.NewEventStore(e2e.pool), projections.All(), projections.RunnerConfig{}); err == nil {
+	if runner, err := projections.NewRunner(postgres.NewViews(e2e.pool), postgres.NewEventStore(e2e.pool), projections.All(), projections.RunnerConfig{}); err == nil {
 		if err := runner.CatchUp(ctx); err != nil {
 			benchLog(out, "project the sustained run: %v", err)
 		}
