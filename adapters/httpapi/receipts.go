@@ -132,7 +132,6 @@ func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, domain.ErrReceiptEarly):
 		// The provider's answer to our call is not recorded yet; providers send again.
-		w.Header().Set("Retry-After", "1")
 		s.writeProblem(w, r, &requestError{kind: errNotYet, detail: "the delivery's call to the provider is still being recorded; send the receipt again"})
 		return
 	case err != nil:
