@@ -16,7 +16,7 @@ import (
 
 // TestCallbackWaitsForTheAcceptance: a provider's callback that arrives while the worker is
 // still recording the provider's answer (its call is in flight, the operation id unknown) waits
-// for the acceptance and decides the attempt; one about a message no delivery has is not found
+// for the acceptance and decides the attempt; one about a message no delivery has matches none
 // once the patience is spent; a lookup is never patient.
 func TestCallbackWaitsForTheAcceptance(t *testing.T) {
 	t.Parallel()
@@ -56,8 +56,8 @@ func TestCallbackWaitsForTheAcceptance(t *testing.T) {
 	began := time.Now()
 	_, err := receipts.Handle(ctx, commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM-none",
 		Status: commands.ReceiptDelivered}, Source: "receipt"})
-	if !errors.Is(err, commands.ErrNotFound) || time.Since(began) < time.Second {
-		t.Fatalf("callback for no message: %v after %s, want not found after waiting", err, time.Since(began))
+	if !errors.Is(err, commands.ErrReceiptUnmatched) || time.Since(began) < time.Second {
+		t.Fatalf("callback for no message: %v after %s, want unmatched after waiting", err, time.Since(began))
 	}
 	began = time.Now()
 	_, err = receipts.Handle(ctx, commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM-none",
