@@ -128,8 +128,8 @@ func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
 	res, err := s.deps.Receipts.Record.Handle(r.Context(), commands.RecordReceipt{Receipt: rec, Source: "receipt"})
 	switch {
 	case errors.Is(err, commands.ErrReceiptUnmatched):
-		// Answered 2xx, so that the provider does not send it again for a day (Vonage tries
-		// again on anything else): no delivery will ever have it. The answer names no
+		// Answered 2xx, so that the provider does not send it again for a day (Vonage tries a
+		// 429 or 5xx again for 24 hours): no delivery will ever have it. The answer names no
 		// delivery and says nothing of what the callback named, so it is the same whether the
 		// message id is unknown or the client-ref names another delivery.
 		s.logger.InfoContext(r.Context(), "receipt matches no delivery; nothing recorded", "provider", name, "err", err)
