@@ -11,6 +11,11 @@ import (
 // maxConflictRetries bounds the reload-and-decide loop after a version conflict.
 const maxConflictRetries = 8
 
+// ErrContended: the delivery kept being moved by other writers through every one of decide's
+// tries (a burst of concurrent requests about it); nothing was recorded, and the same request
+// a moment later is decided on what they left.
+var ErrContended = errors.New("delivery contended")
+
 // decision is what a command decided about a delivery: the events to append and the messages
 // that must travel with them. A decision with neither records nothing.
 type decision struct {
@@ -74,5 +79,5 @@ func decide(ctx context.Context, store EventStore, id string, known *domain.Deli
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	return nil, fmt.Errorf("%s: %w after %d tries", what, ErrVersionConflict, maxConflictRetries)
+	return nil, fmt.Errorf("%s: %w: %w after %d tries", what, ErrContended, ErrVersionConflict, maxConflictRetries)
 }

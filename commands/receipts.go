@@ -37,8 +37,10 @@ type Receipt struct {
 	Provider string
 	// OperationID is the provider's id of the message (Twilio's sid, Vonage's message-id).
 	OperationID string
-	// DeliveryID is the delivery, when the provider echoes our id back (Vonage's client-ref);
-	// empty otherwise, and the ledger finds it by OperationID.
+	// DeliveryID is the delivery: a lookup's (the reconciler asked about it), or the id a
+	// provider's callback echoes back (Vonage's client-ref). A callback's is only checked: the
+	// delivery is the one whose history has the provider accepting OperationID, and a
+	// DeliveryID that names another is refused (ErrReceiptUnmatched).
 	DeliveryID string
 	Status     ReceiptStatus
 	// ProviderStatus is the provider's own status ("delivered", "undelivered", "expired").
@@ -57,6 +59,11 @@ var (
 	ErrReceiptUnauthenticated = errors.New("receipt not authenticated")
 	// ErrReceiptMalformed: the callback is authenticated but does not hold a receipt.
 	ErrReceiptMalformed = errors.New("receipt malformed")
+	// ErrReceiptUnmatched: no delivery's history has the provider accepting the callback's
+	// message, or the delivery the callback names (Vonage's client-ref) is not the one that
+	// has; nothing is recorded. Whoever holds a provider's callback secret must not write on,
+	// or learn of, a delivery by naming it.
+	ErrReceiptUnmatched = errors.New("receipt matches no delivery's message")
 )
 
 // LookupQuery says which message a status lookup asks about: by the provider's id when the
@@ -131,19 +138,27 @@ type RecordReceipt struct {
 	AtVersion int
 }
 
-// Handle records cmd's word. The delivery is Receipt.DeliveryID when the provider echoes it,
-// otherwise the one whose history has the provider accepting Receipt.OperationID; ErrNotFound
-// when there is none.
+// Handle records cmd's word. A callback's delivery (Source "receipt") is the one whose history
+// has the provider accepting Receipt.OperationID, found by that alone; a Receipt.DeliveryID
+// beside it must name the same delivery. Either failing is ErrReceiptUnmatched, with nothing
+// recorded. A lookup's delivery is its Receipt.DeliveryID, or when empty found the same way
+// (ErrNotFound when there is none).
 func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (ReceiptResult, error) {
 	r := cmd.Receipt
 	res := ReceiptResult{DeliveryID: r.DeliveryID, Recorded: true}
-	if res.DeliveryID == "" {
+	callback := cmd.Source == "receipt"
+	if callback || res.DeliveryID == "" {
 		if r.OperationID == "" {
-			return res, fmt.Errorf("%w: the receipt names neither a delivery nor a provider message", ErrReceiptMalformed)
+			return ReceiptResult{}, fmt.Errorf("%w: the receipt names no provider message", ErrReceiptMalformed)
 		}
 		id, err := h.patiently(ctx, cmd, func() (string, error) { return h.finder.FindOperation(ctx, r.Provider, r.OperationID) })
-		if err != nil {
-			return res, err
+		switch {
+		case callback && errors.Is(err, ErrNotFound):
+			return ReceiptResult{}, fmt.Errorf("%w: no delivery has a message of %s under that id", ErrReceiptUnmatched, r.Provider)
+		case err != nil:
+			return ReceiptResult{}, err
+		case callback && r.DeliveryID != "" && r.DeliveryID != id:
+			return ReceiptResult{}, fmt.Errorf("%w: the message of %s is delivery %s's, not the one the callback names", ErrReceiptUnmatched, r.Provider, id)
 		}
 		res.DeliveryID = id
 	}
@@ -159,6 +174,11 @@ func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (R
 	})
 	if errors.Is(err, domain.ErrReceiptSeen) || stale {
 		res.Recorded, err = false, nil
+	}
+	if errors.Is(err, domain.ErrReceiptForeign) {
+		// The finder and the history disagree (a message id two deliveries were given?): the
+		// history is believed.
+		return ReceiptResult{}, fmt.Errorf("%w: %w", ErrReceiptUnmatched, err)
 	}
 	if err != nil {
 		return res, err

@@ -3,6 +3,7 @@ package commands_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 
 // TestCallbackWaitsForTheAcceptance: a provider's callback that arrives while the worker is
 // still recording the provider's answer (its call is in flight, the operation id unknown) waits
-// for the acceptance and decides the attempt; one about a message no delivery has is not found
+// for the acceptance and decides the attempt; one about a message no delivery has matches none
 // once the patience is spent; a lookup is never patient.
 func TestCallbackWaitsForTheAcceptance(t *testing.T) {
 	t.Parallel()
@@ -55,8 +56,8 @@ func TestCallbackWaitsForTheAcceptance(t *testing.T) {
 	began := time.Now()
 	_, err := receipts.Handle(ctx, commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM-none",
 		Status: commands.ReceiptDelivered}, Source: "receipt"})
-	if !errors.Is(err, commands.ErrNotFound) || time.Since(began) < time.Second {
-		t.Fatalf("callback for no message: %v after %s, want not found after waiting", err, time.Since(began))
+	if !errors.Is(err, commands.ErrReceiptUnmatched) || time.Since(began) < time.Second {
+		t.Fatalf("callback for no message: %v after %s, want unmatched after waiting", err, time.Since(began))
 	}
 	began = time.Now()
 	_, err = receipts.Handle(ctx, commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM-none",
@@ -103,5 +104,72 @@ func TestDeadWorkerAfterFailoverNamesTheProviderItCalled(t *testing.T) {
 	final, _ := domain.Rehydrate(events)
 	if final.State() != domain.StateUnknown || final.LastResult().Provider != "vonage" {
 		t.Fatalf("state %s, unknown outcome of %q, want vonage", final.State(), final.LastResult().Provider)
+	}
+}
+
+// rivalStore is the real event store with a rival writer: after each read of a delivery, the
+// rival records a lookup on it first (as a reconciler racing the caller would), so that the
+// caller's append meets a real version conflict every time.
+type rivalStore struct {
+	*postgres.EventStore
+	t *testing.T
+}
+
+func (s rivalStore) Load(ctx context.Context, id string) ([]domain.Event, error) {
+	events, err := s.EventStore.Load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	d, err := domain.Rehydrate(events)
+	if err != nil {
+		return nil, err
+	}
+	rival, err := d.RecordReceipt(domain.ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: domain.ReceiptPending,
+		ProviderStatus: "sending", Source: "lookup"}, domain.DefaultRetryPolicy(), time.Now(), 0)
+	if err != nil {
+		s.t.Errorf("rival lookup: %v", err)
+		return events, nil
+	}
+	if err := s.EventStore.Append(ctx, rival, nil); err != nil {
+		s.t.Errorf("rival append: %v", err)
+	}
+	return events, nil
+}
+
+// TestReceiptThatLosesEveryRaceIsContended (issue 23, row 2): a callback whose delivery another
+// writer moves before each of its appends gives up after decide's tries with ErrContended (the
+// API's 503 with Retry-After, never a 500) and records nothing; sent again once the delivery is
+// quiet, it is recorded and decides.
+func TestReceiptThatLosesEveryRaceIsContended(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.New(t)
+	store := postgres.NewEventStore(schema.Pool)
+	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
+	clock := commands.SystemClock{}
+	policies := func(string) domain.RetryPolicy { return domain.DefaultRetryPolicy() }
+
+	d := acceptedDelivery(t, store)
+	msg := commands.WorkMessage{DeliveryID: d.ID(), Tenant: "acme", Channel: "webhook", Recipient: d.Recipient(), Attempt: 1}
+	if dec, _, err := commands.NewStartAttemptHandler(store, clock).Handle(ctx, commands.StartAttempt{Message: msg, Provider: "twilio"}); err != nil || dec != commands.StartProceed {
+		t.Fatalf("start: %s %v", dec, err)
+	}
+	if _, err := commands.NewRecordOutcomeHandler(store, topics, clock, policies).Handle(ctx, commands.RecordOutcome{DeliveryID: d.ID(), Attempt: 1,
+		Outcome: domain.Outcome{Kind: domain.OutcomeAccepted, Provider: "twilio", ProviderOperationID: "SM1", StatusCode: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	delivered := commands.RecordReceipt{Receipt: commands.Receipt{Provider: "twilio", OperationID: "SM1", Status: commands.ReceiptDelivered,
+		ProviderStatus: "delivered"}, Source: "receipt"}
+
+	raced := commands.NewRecordReceiptHandler(rivalStore{store, t}, store, topics, clock, policies)
+	if _, err := raced.Handle(ctx, delivered); !errors.Is(err, commands.ErrContended) {
+		t.Fatalf("callback that loses every race: %v, want ErrContended", err)
+	}
+	if final := eventTypes(t, store, d.ID()); slices.Contains(final, domain.EventDelivered) {
+		t.Fatalf("a contended callback recorded its decision: %v", final)
+	}
+	res, err := commands.NewRecordReceiptHandler(store, store, topics, clock, policies).Handle(ctx, delivered)
+	if err != nil || !res.Recorded || res.State != domain.StateDelivered {
+		t.Fatalf("the same callback on a quiet delivery: %+v %v, want it recorded and delivered", res, err)
 	}
 }

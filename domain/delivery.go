@@ -64,6 +64,14 @@ type Delivery struct {
 	// lookups counts the lookups of the current attempt that found its message on the way.
 	receipts map[string]bool
 	lookups  int
+	// accepted holds the messages (messageKey) a provider accepted for one of the delivery's
+	// attempts: the only ones a callback may speak of. heard holds the words recorded about
+	// them (wordKey), so that a known status said again (with another code, say) records
+	// nothing; callbacks counts the callbacks recorded per message, which maxCallbackWords
+	// bounds for those that decide nothing.
+	accepted  map[string]bool
+	heard     map[string]bool
+	callbacks map[string]int
 	// calling is the provider the current attempt's call went to (the one it started with, or
 	// the last it failed over to); failovers counts the attempt's failovers.
 	calling   string
@@ -226,13 +234,22 @@ func (d *Delivery) apply(e Event, next State, data any) {
 	case *ProviderAcceptance:
 		d.awaiting = v
 		d.lookups = 0
+		if d.accepted == nil {
+			d.accepted = map[string]bool{}
+		}
+		d.accepted[messageKey(v.Provider, v.ProviderOperationID)] = true
 	case *ReceiptData:
 		if d.receipts == nil {
-			d.receipts = map[string]bool{}
+			d.receipts, d.heard, d.callbacks = map[string]bool{}, map[string]bool{}, map[string]int{}
 		}
 		d.receipts[e.Key] = true
 		if strings.Contains(e.Key, "/lookup/") {
 			d.lookups++
+		} else {
+			d.heard[wordKey(v.Provider, v.ProviderOperationID, v.Status, v.ProviderStatus)] = true
+		}
+		if v.Source == "receipt" {
+			d.callbacks[messageKey(v.Provider, v.ProviderOperationID)]++
 		}
 	case *Resolution:
 		d.nextDueAt = v.NextAttemptAt
@@ -396,7 +413,9 @@ const (
 	ReceiptNotFound  = "not_found"
 )
 
-// ErrReceiptSeen: this very word was recorded before; nothing is recorded again.
+// ErrReceiptSeen: this very word was recorded before (the same status of the same message,
+// whatever its code), or the message has had its fill of words that decide nothing; nothing is
+// recorded again.
 var ErrReceiptSeen = errors.New("receipt already recorded")
 
 // ErrReceiptEarly: a call of the delivery's current attempt is in flight, and its acceptance
@@ -404,30 +423,66 @@ var ErrReceiptSeen = errors.New("receipt already recorded")
 // and the provider should send it again.
 var ErrReceiptEarly = errors.New("receipt ahead of the provider's acceptance")
 
+// ErrReceiptForeign: a callback about a message the delivery's history does not record its
+// provider accepting. Whoever can post callbacks could otherwise write on any delivery by
+// naming it; nothing is recorded.
+var ErrReceiptForeign = errors.New("receipt about a message the delivery was not given")
+
+// maxCallbackWords bounds the callbacks recorded about one message that decide nothing: a
+// provider says a handful (Twilio's queued, sent, delivered; Vonage's accepted, buffered), and
+// whoever holds a provider's callback secret must not grow a history without end by inventing
+// statuses. A word that decides the attempt is always recorded.
+const maxCallbackWords = 16
+
+// messageKey names one message of one provider.
+func messageKey(provider, operationID string) string { return provider + "\x00" + operationID }
+
+// wordKey names one status of one message.
+func wordKey(provider, operationID, status, providerStatus string) string {
+	return messageKey(provider, operationID) + "\x00" + status + "\x00" + providerStatus
+}
+
 // RecordReceipt records a provider's word on one of its messages, and the decision it carries:
 //
 //   - for the attempt the provider accepted under that id and that nothing decided yet, a final
 //     word decides it (delivered; failed: dead; retry or not found: retrying, or dead when the
 //     attempts are used up), recorded together with the word; a pending one is recorded alone;
-//   - for an unknown outcome of the provider's latest attempt (its call timed out), a final word
-//     resolves it, like an operator's reconciliation with the word as evidence;
+//   - for an unknown outcome of the provider's latest attempt, a final word resolves it, like
+//     an operator's reconciliation with the word as evidence: a callback when it names the
+//     message that attempt was given, a lookup (the reconciler's own question) also when the
+//     call timed out before the provider named it;
 //   - any other word (an attempt already decided, a delivery replayed since) is evidence only.
 //
-// The same word twice is recorded once (ErrReceiptSeen).
+// A callback (Source "receipt") must be about a message the history records the provider
+// accepting for one of the delivery's attempts, or it is refused (ErrReceiptForeign). The same
+// status of the same message twice is recorded once, whatever its code (ErrReceiptSeen), and
+// a message's callbacks that decide nothing are recorded up to maxCallbackWords.
 func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Time, jitter float64) ([]Event, error) {
 	final := w.Status != ReceiptPending
+	callback := w.Source == "receipt"
+	message := messageKey(w.Provider, w.ProviderOperationID)
+	if callback && !d.accepted[message] {
+		return nil, fmt.Errorf("%w: delivery %s", ErrReceiptForeign, d.id)
+	}
 	awaited := d.state == StateProcessing && d.awaiting != nil && d.awaiting.Provider == w.Provider &&
 		d.awaiting.ProviderOperationID == w.ProviderOperationID
+	resolves := d.state == StateUnknown && final && d.lastResult != nil && d.lastResult.Provider == w.Provider &&
+		d.lastResult.Attempt == d.attempt && (d.lastResult.ProviderOperationID == w.ProviderOperationID ||
+		!callback && d.lastResult.ProviderOperationID == "")
 	key := KeyReceipt(d.id, w.Provider, w.ProviderOperationID, w.ProviderStatus, w.Code)
-	if !final && w.Source == "lookup" && (awaited || d.state == StateUnknown) {
+	lookup := !final && w.Source == "lookup" && (awaited || d.state == StateUnknown)
+	if lookup {
 		// Each lookup that finds the message still on its way is recorded, with when to ask
 		// again; two reconcilers asking at once make one.
 		key = KeyLookup(d.id, d.attempt, d.lookups+1)
 	}
-	if d.receipts[key] {
+	if d.receipts[key] || !lookup && d.heard[wordKey(w.Provider, w.ProviderOperationID, w.Status, w.ProviderStatus)] {
 		return nil, ErrReceiptSeen
 	}
-	if d.state == StateProcessing && d.awaiting == nil && !d.aboutEarlierAttempt(w) {
+	if callback && !(awaited && final) && !resolves && d.callbacks[message] >= maxCallbackWords {
+		return nil, fmt.Errorf("%w: %d callbacks about the message are recorded already", ErrReceiptSeen, d.callbacks[message])
+	}
+	if d.state == StateProcessing && d.awaiting == nil && !d.accepted[message] && !d.aboutEarlierAttempt(w) {
 		// A call is in flight (with this provider or, after a failover, another): its answer
 		// may be the acceptance this word is about.
 		return nil, fmt.Errorf("%w: delivery %s attempt %d", ErrReceiptEarly, d.id, d.attempt)
@@ -460,9 +515,7 @@ func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Tim
 		}
 		decided, err := d.decideAccepted(o, w.Source, policy, now, jitter)
 		return append(events, decided...), err
-	case d.state == StateUnknown && final && d.lastResult != nil && d.lastResult.Provider == w.Provider &&
-		d.lastResult.Attempt == d.attempt &&
-		(d.lastResult.ProviderOperationID == "" || d.lastResult.ProviderOperationID == w.ProviderOperationID):
+	case resolves:
 		data.Attempt = d.attempt
 		events, err := d.record(now, EventReceiptRecorded, key, data)
 		if err != nil {

@@ -3,6 +3,7 @@ package domain
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -178,12 +179,12 @@ func TestReceiptAfterTheEndIsEvidenceOnly(t *testing.T) {
 	if data.Evidence == "" {
 		t.Errorf("a receipt that changes nothing says why: %+v", data)
 	}
-	// A word about another message of the provider changes nothing either.
+	// A lookup's word about another message of the provider changes nothing either.
 	o := smsAccepted(t, 3)
 	events = o.collect(t)(o.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM-other", Status: ReceiptDelivered,
-		Source: "receipt"}, DefaultRetryPolicy(), testNow, 0))
+		Source: "lookup"}, DefaultRetryPolicy(), testNow, 0))
 	if len(events) != 1 || o.d.State() != StateProcessing || o.d.Awaiting() == nil {
-		t.Fatalf("receipt for another message: %v state %q", types(events), o.d.State())
+		t.Fatalf("lookup for another message: %v state %q", types(events), o.d.State())
 	}
 	rehydrated(t, o)
 }
@@ -234,7 +235,7 @@ func TestReceiptResolvesAnUnknownCallOfTheSameProvider(t *testing.T) {
 	}
 	// Another provider's word is not about this call; a pending word resolves nothing.
 	for _, w := range []ReceiptWord{
-		{Provider: "vonage", ProviderOperationID: "V1", Status: ReceiptDelivered, Source: "receipt"},
+		{Provider: "vonage", ProviderOperationID: "V1", Status: ReceiptDelivered, Source: "lookup"},
 		{Provider: "twilio", ProviderOperationID: "SM9", Status: ReceiptPending, Source: "lookup"},
 	} {
 		s := unknown(t)
@@ -274,8 +275,14 @@ func TestReceiptAheadOfTheAcceptanceIsRefused(t *testing.T) {
 	s := processing(t, spec)
 	version := s.d.Version()
 	if _, err := s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptDelivered,
-		Source: "receipt"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptEarly) {
-		t.Fatalf("receipt while the call is in flight: %v, want ErrReceiptEarly", err)
+		Source: "lookup"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptEarly) {
+		t.Fatalf("lookup while the call is in flight: %v, want ErrReceiptEarly", err)
+	}
+	// A callback cannot find the delivery before the acceptance is recorded, and is refused if
+	// it names it anyway.
+	if _, err := s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptDelivered,
+		Source: "receipt"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptForeign) {
+		t.Fatalf("callback while the call is in flight: %v, want ErrReceiptForeign", err)
 	}
 	if s.d.Version() != version {
 		t.Fatalf("a refused receipt recorded something")
@@ -310,9 +317,10 @@ func TestLateReceiptOfAnEarlierAttemptIsEvidenceDuringACall(t *testing.T) {
 	if data.Evidence == "" {
 		t.Errorf("late word %+v, want evidence saying it changes nothing", data)
 	}
-	// A word about another message while the call is in flight may be the call's own acceptance.
+	// A lookup's word about another message while the call is in flight may be the call's own
+	// acceptance.
 	if _, err := s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM2", Status: ReceiptDelivered,
-		Source: "receipt"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptEarly) {
+		Source: "lookup"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptEarly) {
 		t.Fatalf("word about SM2 during the call: %v, want ErrReceiptEarly", err)
 	}
 	rehydrated(t, s)
@@ -359,4 +367,82 @@ func TestReplayOfAnUnknownNeedsToBeAskedFor(t *testing.T) {
 		t.Fatalf("state %q, replayed %+v", s.d.State(), r)
 	}
 	rehydrated(t, s)
+}
+
+// TestCallbackAboutAMessageNotGivenIsRefused (issue 23, row 1): a callback may only speak of a
+// message the history records its provider accepting for the delivery. One about any other
+// message (another provider's, or an id the delivery never got) is refused and records nothing,
+// whatever the state; one about an earlier attempt's message does not resolve a later attempt
+// whose call timed out before the provider named its message (only a lookup, the reconciler's
+// own question, may match that call by what was sent).
+func TestCallbackAboutAMessageNotGivenIsRefused(t *testing.T) {
+	t.Parallel()
+	s := smsAccepted(t, 3)
+	version := s.d.Version()
+	for _, w := range []ReceiptWord{
+		{Provider: "twilio", ProviderOperationID: "SM-other", Status: ReceiptFailed, ProviderStatus: "failed"},
+		{Provider: "vonage", ProviderOperationID: "SM1", Status: ReceiptDelivered, ProviderStatus: "delivered"},
+	} {
+		w.Source = "receipt"
+		if _, err := s.d.RecordReceipt(w, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptForeign) {
+			t.Fatalf("callback %+v: %v, want ErrReceiptForeign", w, err)
+		}
+	}
+	if s.d.Version() != version || s.d.State() != StateProcessing {
+		t.Fatalf("refused callbacks left v%d %s, want v%d processing", s.d.Version(), s.d.State(), version)
+	}
+
+	// Attempt 1's message SM1 failed for now; attempt 2's call timed out unnamed.
+	s.collect(t)(s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptRetry,
+		ProviderStatus: "undelivered", Code: "30003", Source: "receipt"}, DefaultRetryPolicy(), testNow, 0))
+	s.add(t)(s.d.Queue(testNow))
+	s.add(t)(s.d.StartAttempt("twilio", testNow))
+	s.add(t)(s.d.RecordOutcome(2, Outcome{Kind: OutcomeUnknown, Provider: "twilio", Err: "timeout after write"}, DefaultRetryPolicy(), testNow, 0))
+	events := s.collect(t)(s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptDelivered,
+		ProviderStatus: "delivered", Source: "receipt"}, DefaultRetryPolicy(), testNow, 0))
+	if len(events) != 1 || s.d.State() != StateUnknown {
+		t.Fatalf("callback about attempt 1's message on attempt 2's unknown: %v state %s, want evidence alone", types(events), s.d.State())
+	}
+	r := rehydrated(t, s)
+	if _, err := r.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM9", Status: ReceiptDelivered,
+		ProviderStatus: "delivered", Source: "receipt"}, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptForeign) {
+		t.Fatalf("callback about an unnamed message after rehydrate: %v, want ErrReceiptForeign", err)
+	}
+}
+
+// TestKnownStatusAgainRecordsNothing (issue 23, rows 1 and 2): a status of a message said again
+// with another code records nothing, live and after rehydrating; invented statuses that decide
+// nothing are recorded up to maxCallbackWords; a word that decides is recorded after them all.
+func TestKnownStatusAgainRecordsNothing(t *testing.T) {
+	t.Parallel()
+	s := smsAccepted(t, 3)
+	sent := func(code string) ReceiptWord {
+		return ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptPending, ProviderStatus: "sent", Code: code, Source: "receipt"}
+	}
+	s.collect(t)(s.d.RecordReceipt(sent("30001"), DefaultRetryPolicy(), testNow, 0))
+	if _, err := s.d.RecordReceipt(sent("30002"), DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptSeen) {
+		t.Fatalf("sent again with another code: %v, want ErrReceiptSeen", err)
+	}
+	if _, err := rehydrated(t, s).RecordReceipt(sent(""), DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptSeen) {
+		t.Fatalf("sent again after rehydrate: %v, want ErrReceiptSeen", err)
+	}
+	for i := 1; i < maxCallbackWords; i++ {
+		w := sent("")
+		w.ProviderStatus = fmt.Sprintf("invented%c", 'a'+i)
+		s.collect(t)(s.d.RecordReceipt(w, DefaultRetryPolicy(), testNow, 0))
+	}
+	w := sent("")
+	w.ProviderStatus = "one-too-many"
+	if _, err := s.d.RecordReceipt(w, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptSeen) {
+		t.Fatalf("word %d that decides nothing: %v, want ErrReceiptSeen", maxCallbackWords+1, err)
+	}
+	r := rehydrated(t, s)
+	if _, err := r.RecordReceipt(w, DefaultRetryPolicy(), testNow, 0); !errors.Is(err, ErrReceiptSeen) {
+		t.Fatalf("word %d after rehydrate: %v, want ErrReceiptSeen", maxCallbackWords+1, err)
+	}
+	events := s.collect(t)(s.d.RecordReceipt(ReceiptWord{Provider: "twilio", ProviderOperationID: "SM1", Status: ReceiptDelivered,
+		ProviderStatus: "delivered", Source: "receipt"}, DefaultRetryPolicy(), testNow, 0))
+	if !reflect.DeepEqual(types(events), []EventType{EventReceiptRecorded, EventDelivered}) {
+		t.Fatalf("the deciding word after %d others: %v", maxCallbackWords, types(events))
+	}
 }

@@ -16,6 +16,7 @@ targets=(
 	"./adapters/httpapi FuzzStorableJSON"
 	"./adapters/httpapi FuzzQueriesAndPaths"
 	"./adapters/httpapi FuzzOperatorBodies"
+	"./adapters/httpapi FuzzVonageReceipts"
 	"./domain FuzzRehydrate"
 	"./adapters/providers/webhook FuzzParseRetryAfter"
 	"./adapters/providers/webhook FuzzParseRetryAfterSeconds"

@@ -87,6 +87,10 @@ func problemFor(err error) problem {
 		p.Status = http.StatusForbidden
 	case errors.Is(err, errNotYet):
 		p.Status = http.StatusServiceUnavailable
+	case errors.Is(err, commands.ErrContended):
+		// Many writers at one delivery at once (a provider's burst of callbacks): trying again
+		// in a moment succeeds, and providers do try a 503 again.
+		p.Status, p.Detail = http.StatusServiceUnavailable, "the delivery is being changed by other requests; try again shortly"
 	case errors.Is(err, commands.ErrNotFound):
 		// Fixed text: the same answer for "no such id" and "another tenant's id".
 		p.Status, p.Detail = http.StatusNotFound, "no delivery with this id"
@@ -155,6 +159,11 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 	case http.StatusConflict:
 		if errors.Is(err, commands.ErrRequestInFlight) {
 			// The first request is usually done within a second; tell well-behaved clients so.
+			w.Header().Set("Retry-After", "1")
+		}
+	case http.StatusServiceUnavailable:
+		if errors.Is(err, errNotYet) || errors.Is(err, commands.ErrContended) {
+			// A second is plenty for the call to be recorded, or the other writers to be done.
 			w.Header().Set("Retry-After", "1")
 		}
 	}

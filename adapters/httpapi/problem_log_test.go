@@ -1,11 +1,15 @@
 package httpapi
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/deliveryledger/ledger/commands"
 )
 
 // TestDeliveryRoutesLogTheirDeliveryID: the log line of a failed request to a delivery's route
@@ -31,6 +35,25 @@ func TestDeliveryRoutesLogTheirDeliveryID(t *testing.T) {
 		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, target, nil))
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: log attributes %v, want %v", path, got, want)
+		}
+	}
+}
+
+// TestContendedIsServiceUnavailableWithRetryAfter (issue 23, row 2): a command that lost every
+// race for its delivery is a 503 that tells the caller when to try again (providers do), not a
+// 500; so is a receipt ahead of its acceptance. Neither names the cause's detail.
+func TestContendedIsServiceUnavailableWithRetryAfter(t *testing.T) {
+	t.Parallel()
+	s := &server{logger: slog.New(slog.DiscardHandler)}
+	for _, err := range []error{
+		fmt.Errorf("record receipt for d-1: %w: %w after 8 tries", commands.ErrContended, commands.ErrVersionConflict),
+		&requestError{kind: errNotYet, detail: "the call is being recorded"},
+	} {
+		rec := httptest.NewRecorder()
+		s.writeProblem(rec, httptest.NewRequest("POST", "/v1/receipts/twilio", nil), err)
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" || strings.Contains(rec.Body.String(), "d-1") {
+			t.Errorf("%v: %d, Retry-After %q, %s; want 503 with Retry-After: 1, naming no delivery", err, rec.Code,
+				rec.Header().Get("Retry-After"), rec.Body)
 		}
 	}
 }

@@ -76,7 +76,8 @@ type ProviderLister func(ctx context.Context) ([]ProviderView, error)
 // of Receipts.ByGET. It carries no bearer key; the provider's signature (or secret)
 // authenticates it, and a callback that fails that is refused with 403 and records nothing. Its
 // query is the provider's to choose (Vonage sends receipts as query parameters), so it is not
-// checked against a list.
+// checked against a list. The delivery is the one the provider gave the callback's message id
+// (commands.RecordReceiptHandler.Handle); a callback that matches none is 200 recorded:false.
 func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
 	tracing.Route(r, r.Method+" /v1/receipts/{provider}")
 	name := r.PathValue("provider")
@@ -126,13 +127,16 @@ func (s *server) receipt(w http.ResponseWriter, r *http.Request) {
 	rec.Provider = name
 	res, err := s.deps.Receipts.Record.Handle(r.Context(), commands.RecordReceipt{Receipt: rec, Source: "receipt"})
 	switch {
-	case errors.Is(err, commands.ErrNotFound):
-		s.writeProblem(w, r, &requestError{kind: errRouteNotFound, field: "provider_operation_id",
-			detail: fmt.Sprintf("no delivery has a message %q accepted by %s", rec.OperationID, name)})
+	case errors.Is(err, commands.ErrReceiptUnmatched):
+		// Answered 2xx, so that the provider does not send it again for a day (Vonage tries a
+		// 429 or 5xx again for 24 hours): no delivery will ever have it. The answer names no
+		// delivery and says nothing of what the callback named, so it is the same whether the
+		// message id is unknown or the client-ref names another delivery.
+		s.logger.InfoContext(r.Context(), "receipt matches no delivery; nothing recorded", "provider", name, "err", err)
+		s.writeJSON(w, r, http.StatusOK, map[string]any{"recorded": false, "changed": false})
 		return
 	case errors.Is(err, domain.ErrReceiptEarly):
 		// The provider's answer to our call is not recorded yet; providers send again.
-		w.Header().Set("Retry-After", "1")
 		s.writeProblem(w, r, &requestError{kind: errNotYet, detail: "the delivery's call to the provider is still being recorded; send the receipt again"})
 		return
 	case err != nil:

@@ -39,11 +39,28 @@ func Channel(senders ...commands.Sender) commands.Channel {
 	}
 }
 
+// Limits of RFC 5321 (section 4.5.3.1) and RFC 5322 (section 2.1.1) that the channel holds
+// messages to at acceptance, where the caller can still be told, rather than have a server
+// refuse (or a client mangle) them at the attempt.
+const (
+	// MaxLocalPart is the longest local part (before the @) of a recipient, in octets.
+	MaxLocalPart = 64
+	// MaxDomain is the longest domain of a recipient, in octets.
+	MaxDomain = 255
+	// MaxSubject is the longest subject, in octets of UTF-8: the length of one header line. On
+	// the wire it is folded, and encoded (RFC 2047) where a run of it without spaces is too long
+	// for a line, into lines of at most 78 characters; a longer subject is no subject a mail
+	// client would show whole.
+	MaxSubject = 998
+)
+
 // Check is the channel's acceptance check. The recipient is one address, "a@example.com" or
-// "Name <a@example.com>", refused as "recipient" otherwise. The payload is a JSON object whose
-// "subject" (a non-empty string on one line) and "text" and/or "html" (strings, at least one
-// not empty) make the message; other members are ignored, so that a notification may carry
-// data for other channels. A refusal names the member ("payload.subject").
+// "Name <a@example.com>", with a local part of at most MaxLocalPart octets and a domain of at
+// most MaxDomain, refused as "recipient" otherwise. The payload is a JSON object whose
+// "subject" (a non-empty string on one line, at most MaxSubject octets) and "text" and/or
+// "html" (strings, at least one not empty) make the message; other members are ignored, so
+// that a notification may carry data for other channels. A refusal names the member
+// ("payload.subject").
 func Check(recipient string, payload json.RawMessage) error {
 	if _, err := parseRecipient(recipient); err != nil {
 		return &commands.InvalidField{Field: "recipient", Reason: err.Error()}
@@ -79,8 +96,14 @@ func parseRecipient(recipient string) (*mail.Address, error) {
 	if err != nil {
 		return nil, fmt.Errorf("must be one email address, a@example.com or Name <a@example.com>: %v", err)
 	}
-	if domainOf(addr.Address) == "" {
+	at := strings.LastIndexByte(addr.Address, '@')
+	switch domain := addr.Address[at+1:]; {
+	case domain == "":
 		return nil, errors.New("the address has no domain")
+	case at > MaxLocalPart:
+		return nil, fmt.Errorf("the local part (before the @) is %d octets, longer than the %d of RFC 5321", at, MaxLocalPart)
+	case len(domain) > MaxDomain:
+		return nil, fmt.Errorf("the domain is %d octets, longer than the %d of RFC 5321", len(domain), MaxDomain)
 	}
 	return addr, nil
 }
@@ -118,6 +141,9 @@ func parseContent(payload json.RawMessage) (content, error) {
 		return content{}, &commands.InvalidField{Field: "payload.subject", Reason: "must not be empty"}
 	case strings.ContainsAny(subject, "\r\n"):
 		return content{}, &commands.InvalidField{Field: "payload.subject", Reason: "must not contain CR or LF (it is one header line)"}
+	case len(subject) > MaxSubject:
+		return content{}, &commands.InvalidField{Field: "payload.subject",
+			Reason: fmt.Sprintf("is %d octets of UTF-8, longer than the %d of one header line (RFC 5322)", len(subject), MaxSubject)}
 	}
 	c.subject = subject
 	if c.text, _, err = stringMember(members, "text"); err != nil {

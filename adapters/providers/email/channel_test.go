@@ -3,6 +3,7 @@ package email
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -21,6 +22,10 @@ func TestCheck(t *testing.T) {
 		{"ada@example.org", `{"subject":"Shipped","html":"<p>Order 42.</p>"}`},
 		{"ada@example.org", `{"subject":"Shipped","text":"","html":"<p>Order 42.</p>"}`},
 		{"ada@example.org", `{"subject":"Shipped","text":"Order 42.","html":"<p>Order 42.</p>","order":42,"tags":["a"]}`},
+		{strings.Repeat("a", MaxLocalPart) + "@example.org", valid},
+		{"ada@" + strings.Repeat("d", MaxDomain), valid},
+		{"ada@example.org", `{"subject":"` + strings.Repeat("s", MaxSubject) + `","text":"Order 42."}`},
+		{"ada@example.org", `{"subject":"` + strings.Repeat("é", MaxSubject/2) + `","text":"Order 42."}`},
 	} {
 		if err := Check(tc.recipient, json.RawMessage(tc.payload)); err != nil {
 			t.Errorf("Check(%q, %s) = %v, want accepted", tc.recipient, tc.payload, err)
@@ -46,6 +51,14 @@ func TestCheck(t *testing.T) {
 		{"ada@example.org", `{"subject":"Shipped","text":"","html":""}`, "payload.text"},
 		{"ada@example.org", `{"subject":"Shipped","text":{"body":"x"}}`, "payload.text"},
 		{"ada@example.org", `{"subject":"Shipped","text":"Order 42.","html":["<p>"]}`, "payload.html"},
+		// Issue 23, row 9: RFC 5321's 64 octets of a local part, RFC 5322's 998 of a line.
+		{strings.Repeat("a", 300) + "@example.org", valid, "recipient"},
+		{strings.Repeat("a", MaxLocalPart+1) + "@example.org", valid, "recipient"},
+		{"Ada <" + strings.Repeat("a", MaxLocalPart+1) + "@example.org>", valid, "recipient"},
+		{"ada@" + strings.Repeat("d", MaxDomain+1), valid, "recipient"},
+		{"ada@example.org", `{"subject":"` + strings.Repeat("s", 10000) + `","text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":"` + strings.Repeat("s", MaxSubject+1) + `","text":"Order 42."}`, "payload.subject"},
+		{"ada@example.org", `{"subject":"` + strings.Repeat("é", MaxSubject/2) + `s","text":"Order 42."}`, "payload.subject"},
 	} {
 		err := Check(tc.recipient, json.RawMessage(tc.payload))
 		var field *commands.InvalidField

@@ -1,8 +1,11 @@
 package email
 
 import (
+	"encoding/base64"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wneessen/go-mail"
 
@@ -32,7 +35,7 @@ func (s *Sender) message(msg commands.WorkMessage, now time.Time) (*mail.Msg, er
 		return nil, fmt.Errorf("from %q: %v", s.cfg.From, err)
 	}
 	m.ToMailAddress(to)
-	m.Subject(c.subject)
+	m.Subject(subjectHeader(c.subject))
 	m.SetDateWithValue(now)
 	// The Message-ID is the delivery's, not the attempt's: every attempt of a delivery sends
 	// the same one, so a receiver that got the message from an attempt whose outcome we could
@@ -72,4 +75,39 @@ func validIDLeft(id string) bool {
 		}
 	}
 	return true
+}
+
+const (
+	// foldableWord is the longest run without a space that go-mail's folding (at spaces, into
+	// lines of 76 characters) puts on a line of its own, "Subject: " included.
+	foldableWord = 64
+	// encodedChunk is how many octets of the subject one encoded-word carries: base64 makes 60
+	// characters of them, 72 with "=?UTF-8?B?" and "?=", within the 75 of RFC 2047 section 2.
+	encodedChunk = 45
+)
+
+// subjectHeader is the subject as the Subject header carries it. go-mail encodes a subject
+// that is not ASCII (into encoded-words it can fold between) and folds one that is at its
+// spaces, but it cannot fold a run without spaces longer than a line: such a subject is
+// encoded here instead, as encoded-words of encodedChunk octets each, whole characters only,
+// which go-mail then folds between. Readers join adjacent encoded-words without the space
+// between them (RFC 2047 section 6.2), so the subject reads as it was given.
+func subjectHeader(subject string) string {
+	long := false
+	for word := range strings.SplitSeq(subject, " ") {
+		long = long || len(word) > foldableWord
+	}
+	if !long {
+		return subject
+	}
+	var words []string
+	for subject != "" {
+		n := min(len(subject), encodedChunk)
+		for n < len(subject) && n > 1 && !utf8.RuneStart(subject[n]) {
+			n-- // a character is not split between two encoded-words
+		}
+		words = append(words, "=?UTF-8?B?"+base64.StdEncoding.EncodeToString([]byte(subject[:n]))+"?=")
+		subject = subject[n:]
+	}
+	return strings.Join(words, " ")
 }

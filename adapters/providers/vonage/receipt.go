@@ -62,7 +62,9 @@ func (s *Sender) ReceiptsByGET() bool { return true }
 // carrier past the expiry time) is retry; failed and rejected are failed or retry by err-code
 // (receiptCodes). A status Vonage does not document is pending, recorded as it came.
 // Receipt.DeliveryID is client-ref, OperationID messageId, Code err-code (empty for 0), At
-// message-timestamp (UTC; zero when absent or unreadable). Errors never contain the token.
+// message-timestamp (UTC; zero when absent or unreadable). The ledger finds the delivery by
+// messageId and only checks client-ref against it: whoever holds the token can write any
+// client-ref. Errors never contain the token.
 func (s *Sender) ParseReceipt(callbackURL string, header http.Header, body []byte) (commands.Receipt, error) {
 	u, err := url.Parse(callbackURL)
 	if err != nil {
