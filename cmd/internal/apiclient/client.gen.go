@@ -3169,19 +3169,21 @@ type QueuedEventState string
 // QueuedEventType defines model for QueuedEvent.Type.
 type QueuedEventType string
 
-// ReceiptAnswer defines model for ReceiptAnswer.
+// ReceiptAnswer A callback whose message id no delivery was given by the provider, or whose client-ref
+// names another delivery than the one that was, is answered `{"recorded": false,
+// "changed": false}` alone: nothing is recorded and no delivery is named.
 type ReceiptAnswer struct {
 	// Changed Whether the receipt moved the delivery.
 	Changed bool `json:"changed"`
 
 	// DeliveryId A UUID in its canonical lower-case form.
-	DeliveryId UUID `json:"delivery_id"`
+	DeliveryId *UUID `json:"delivery_id,omitempty"`
 
-	// Recorded False for a repeat (nothing was written again).
+	// Recorded False for a repeat (nothing was written again), or a callback that matches no delivery.
 	Recorded bool `json:"recorded"`
 
 	// State The delivery's state after the receipt.
-	State State `json:"state"`
+	State *State `json:"state,omitempty"`
 }
 
 // ReceiptRecordedData delivery.receipt_recorded. A provider's word on one of its messages; it changes no state.
@@ -5162,8 +5164,10 @@ type ClientInterface interface {
 	// form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 	// a GET query is the GET operation). No bearer key: the
 	// signature or secret authenticates the callback, and one that fails is `403` and records
-	// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-	// `recorded: false`.
+	// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+	// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+	// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+	// another code, and a callback that matches no delivery are answered `recorded: false`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -5176,8 +5180,10 @@ type ClientInterface interface {
 	// form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 	// a GET query is the GET operation). No bearer key: the
 	// signature or secret authenticates the callback, and one that fails is `403` and records
-	// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-	// `recorded: false`.
+	// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+	// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+	// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+	// another code, and a callback that matches no delivery are answered `recorded: false`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5190,8 +5196,10 @@ type ClientInterface interface {
 	// form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 	// a GET query is the GET operation). No bearer key: the
 	// signature or secret authenticates the callback, and one that fails is `403` and records
-	// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-	// `recorded: false`.
+	// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+	// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+	// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+	// another code, and a callback that matches no delivery are answered `recorded: false`.
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type.
 	//
@@ -5685,8 +5693,10 @@ func (c *Client) RecordReceiptByQuery(ctx context.Context, provider string, para
 // form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 // a GET query is the GET operation). No bearer key: the
 // signature or secret authenticates the callback, and one that fails is `403` and records
-// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-// `recorded: false`.
+// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+// another code, and a callback that matches no delivery are answered `recorded: false`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5709,8 +5719,10 @@ func (c *Client) RecordReceiptWithBody(ctx context.Context, provider string, par
 // form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 // a GET query is the GET operation). No bearer key: the
 // signature or secret authenticates the callback, and one that fails is `403` and records
-// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-// `recorded: false`.
+// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+// another code, and a callback that matches no delivery are answered `recorded: false`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5733,8 +5745,10 @@ func (c *Client) RecordReceipt(ctx context.Context, provider string, params *Rec
 // form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 // a GET query is the GET operation). No bearer key: the
 // signature or secret authenticates the callback, and one that fails is `403` and records
-// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-// `recorded: false`.
+// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+// another code, and a callback that matches no delivery are answered `recorded: false`.
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type.
 //
@@ -7471,8 +7485,10 @@ type ClientWithResponsesInterface interface {
 	// form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 	// a GET query is the GET operation). No bearer key: the
 	// signature or secret authenticates the callback, and one that fails is `403` and records
-	// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-	// `recorded: false`.
+	// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+	// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+	// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+	// another code, and a callback that matches no delivery are answered `recorded: false`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7485,8 +7501,10 @@ type ClientWithResponsesInterface interface {
 	// form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 	// a GET query is the GET operation). No bearer key: the
 	// signature or secret authenticates the callback, and one that fails is `403` and records
-	// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-	// `recorded: false`.
+	// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+	// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+	// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+	// another code, and a callback that matches no delivery are answered `recorded: false`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7499,8 +7517,10 @@ type ClientWithResponsesInterface interface {
 	// form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 	// a GET query is the GET operation). No bearer key: the
 	// signature or secret authenticates the callback, and one that fails is `403` and records
-	// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-	// `recorded: false`.
+	// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+	// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+	// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+	// another code, and a callback that matches no delivery are answered `recorded: false`.
 	//
 	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9771,8 +9791,10 @@ func (c *ClientWithResponses) RecordReceiptByQueryWithResponse(ctx context.Conte
 // form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 // a GET query is the GET operation). No bearer key: the
 // signature or secret authenticates the callback, and one that fails is `403` and records
-// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-// `recorded: false`.
+// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+// another code, and a callback that matches no delivery are answered `recorded: false`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9791,8 +9813,10 @@ func (c *ClientWithResponses) RecordReceiptWithBodyWithResponse(ctx context.Cont
 // form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 // a GET query is the GET operation). No bearer key: the
 // signature or secret authenticates the callback, and one that fails is `403` and records
-// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-// `recorded: false`.
+// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+// another code, and a callback that matches no delivery are answered `recorded: false`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9811,8 +9835,10 @@ func (c *ClientWithResponses) RecordReceiptWithResponse(ctx context.Context, pro
 // form, query or JSON with the secret `?token=` of its callback URL (a Vonage receipt sent as
 // a GET query is the GET operation). No bearer key: the
 // signature or secret authenticates the callback, and one that fails is `403` and records
-// nothing. The query is the provider's to choose. A repeat of a receipt is answered
-// `recorded: false`.
+// nothing. The query is the provider's to choose. The delivery is the one the provider gave
+// the callback's message id (Twilio's `MessageSid`, Vonage's `messageId`); Vonage's
+// `client-ref` only checks it. A repeat of a receipt, a status of a message said again with
+// another code, and a callback that matches no delivery are answered `recorded: false`.
 //
 // Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
 //
