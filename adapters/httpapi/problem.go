@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 
@@ -91,6 +92,11 @@ func problemFor(err error) problem {
 		// Many writers at one delivery at once (a provider's burst of callbacks): trying again
 		// in a moment succeeds, and providers do try a 503 again.
 		p.Status, p.Detail = http.StatusServiceUnavailable, "the delivery is being changed by other requests; try again shortly"
+	case storeUnavailable(err):
+		// The database went away under the request (a restart, a failover, an operator ending
+		// connections): not a bug of ours, and every write of the API is idempotent, so the
+		// caller repeats it. Fixed text: the driver's error names hosts and users.
+		p.Status, p.Detail = http.StatusServiceUnavailable, "the database connection was lost; repeat the request (with the same Idempotency-Key, if it had one)"
 	case errors.Is(err, commands.ErrNotFound):
 		// Fixed text: the same answer for "no such id" and "another tenant's id".
 		p.Status, p.Detail = http.StatusNotFound, "no delivery with this id"
@@ -162,6 +168,12 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 			w.Header().Set("Retry-After", "1")
 		}
 	case http.StatusServiceUnavailable:
+		if storeUnavailable(err) {
+			// Not logged as a failure of the server, but an operator wants to see it.
+			s.logger.WarnContext(r.Context(), "http request met the database unavailable", append(deliveryAttr(r),
+				"method", r.Method, "path", r.URL.Path, "err", err)...)
+			w.Header().Set("Retry-After", "1")
+		}
 		if errors.Is(err, errNotYet) || errors.Is(err, commands.ErrContended) {
 			// A second is plenty for the call to be recorded, or the other writers to be done.
 			w.Header().Set("Retry-After", "1")
@@ -176,4 +188,22 @@ func (s *server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// storeUnavailable reports whether err says the database could not be reached or dropped the
+// connection: SQLSTATE class 08 (connection exception), 57P01-57P05 (the server ended the
+// session: shutdown, crash, an operator's pg_terminate_backend, idle timeouts), 53300 (too many
+// connections), or a network error on the way. The driver's error types expose the SQLSTATE
+// through a method, so the API needs no import of the driver.
+func storeUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false // a net.Error too, but the request's own deadline, not the database
+	}
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		state := coded.SQLState()
+		return strings.HasPrefix(state, "08") || strings.HasPrefix(state, "57P") || state == "53300"
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
 }
