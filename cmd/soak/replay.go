@@ -29,9 +29,9 @@ type replayer struct {
 	// replayed counts the deliveries the API reported replayed; failures the requests that got
 	// no answer or an error status.
 	replayed, failures atomic.Int64
-	// jobsStarted counts the replay jobs created, jobErrors those answered 5xx (the first few
-	// in jobFailures).
-	jobsStarted, jobErrors atomic.Int64
+	// jobsStarted counts the replay jobs created, jobsUnavailable those answered 503 with
+	// Retry-After, jobErrors those answered another 5xx (the first few in jobFailures).
+	jobsStarted, jobsUnavailable, jobErrors atomic.Int64
 	mu                     sync.Mutex
 	jobFailures            []string
 }
@@ -115,7 +115,8 @@ const replayJobEvery = 1500 * time.Millisecond
 // jobs plays two operators who, unknown to each other, start a durable replay job over the same
 // filter (the dead webhooks) at the same moment, again and again while processes die: each job
 // has its own Idempotency-Key, so both are created. A delivery must be replayed once per dead
-// cycle however many jobs see it; an answer of 5xx is a failure (no answer at all is a kill).
+// cycle however many jobs see it; an answer of 5xx but 503 with Retry-After is a failure (no
+// answer at all is a kill).
 func (p *replayer) jobs(ctx context.Context) {
 	for round := 0; ; round++ {
 		select {
@@ -154,6 +155,8 @@ func (p *replayer) startJob(ctx context.Context, key string) {
 	switch {
 	case resp.StatusCode < 300:
 		p.jobsStarted.Add(1)
+	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+		p.jobsUnavailable.Add(1) // the database was cut under it: an operator tries again
 	case resp.StatusCode >= 500:
 		p.jobErrors.Add(1)
 		p.mu.Lock()
