@@ -32,8 +32,8 @@ type replayer struct {
 	// jobsStarted counts the replay jobs created, jobsUnavailable those answered 503 with
 	// Retry-After, jobErrors those answered another 5xx (the first few in jobFailures).
 	jobsStarted, jobsUnavailable, jobErrors atomic.Int64
-	mu                     sync.Mutex
-	jobFailures            []string
+	mu                                      sync.Mutex
+	jobFailures                             []string
 }
 
 func newReplayer(api string) *replayer {
