@@ -24,7 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/tracing"
@@ -82,7 +82,7 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("telegram config: base_url: not a URL")
 	}
-	transport := peer.Transport(maxIdleConnsPerHost)
+	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
@@ -361,7 +361,7 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
-		Err:        peer.Printable(s.redact(errText)),
+		Err:        provider.Printable(s.redact(errText)),
 	}
 	o.Class = domain.ClassOf(kind)
 	return o
@@ -370,14 +370,14 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 // redact removes every spelling of the token from text. The messages above are built not to
 // contain it; this is the net under them, for texts that come from elsewhere (an error of
 // net/http, a proxy's error page that echoes the request line).
-func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[token]") }
+func (s *Sender) redact(text string) string { return provider.Redact(text, s.secrets, "[token]") }
 
 // peerText prepares a text the peer wrote for the history: without the token (before it is cut,
 // so that no half of it survives the cut), at most maxDescription bytes.
 func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
-func clip(text string) string { return peer.Clip(text, maxDescription) }
+func clip(text string) string { return provider.Clip(text, maxDescription) }
 
 // withoutToken renders a Bot API URL for a trace: the method's path with the bot's token
 // replaced, since a trace backend is no place for a credential. A URL of another shape is

@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/sms"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -103,7 +103,7 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("twilio config: base_url: not a URL")
 	}
-	transport := peer.Transport(maxIdleConnsPerHost)
+	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
@@ -409,19 +409,19 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
-		Err:        peer.Printable(s.redact(errText)),
+		Err:        provider.Printable(s.redact(errText)),
 	}
 }
 
 // redact removes every spelling of the auth token from text. The messages above are built not
 // to contain it; this is the net under them, for texts that come from elsewhere (an error of
 // net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[auth token]") }
+func (s *Sender) redact(text string) string { return provider.Redact(text, s.secrets, "[auth token]") }
 
 // peerText prepares a text the peer wrote for the history: without the auth token (before it is
 // cut, so that no half of it survives the cut), on one printable line, at most maxDescription
 // bytes.
-func (s *Sender) peerText(text string) string { return clip(peer.Printable(s.redact(text))) }
+func (s *Sender) peerText(text string) string { return clip(provider.Printable(s.redact(text))) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
-func clip(text string) string { return peer.Clip(text, maxDescription) }
+func clip(text string) string { return provider.Clip(text, maxDescription) }

@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
 )
 
@@ -132,7 +131,7 @@ func (c Config) Validate() error {
 	case c.From == "":
 		problems = append(problems, provider.Errorf("from", "from is required (a Vonage number in E.164, or an alphanumeric sender id)"))
 	case !validSender(c.From):
-		problems = append(problems, provider.Errorf("from", "from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", peer.Printable(clip(c.From))))
+		problems = append(problems, provider.Errorf("from", "from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", provider.Printable(clip(c.From))))
 	}
 	if c.Callback != "" || c.CallbackToken != "" {
 		problems = append(problems, c.checkCallback()...)
@@ -144,7 +143,7 @@ func (c Config) Validate() error {
 	case "", DeliveredOnReceipt, DeliveredOnAccept:
 	default:
 		problems = append(problems, provider.Errorf("delivered_on", "delivered_on %q: want %s (wait for the delivery receipt) or %s (count Vonage's acceptance as delivered)",
-			peer.Printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
+			provider.Printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
 	}
 	return errors.Join(problems...)
 }

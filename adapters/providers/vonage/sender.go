@@ -31,7 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/tracing"
@@ -96,7 +96,7 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("vonage config: base_url: not a URL")
 	}
-	transport := peer.Transport(maxIdleConnsPerHost)
+	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
 		provider: cfg.Provider,
 		client: &http.Client{
@@ -373,7 +373,7 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 	m := api.Messages[refused]
 	status := string(*m.Status)
 	st := statusOf(status)
-	text := fmt.Sprintf("Vonage refused the message: status %s %s", peer.Printable(clip(status)), st.meaning)
+	text := fmt.Sprintf("Vonage refused the message: status %s %s", provider.Printable(clip(status)), st.meaning)
 	if m.ErrorText != "" {
 		text += ": " + s.peerText(string(m.ErrorText))
 	}
@@ -383,10 +383,10 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		// with part of the text. An operator decides.
 		kind = domain.OutcomeUnknown
 		text = fmt.Sprintf("Vonage accepted %d of the %d parts of the message and refused part %d (status %s %s); the recipient may have part of it",
-			len(accepted), len(api.Messages), refused+1, peer.Printable(clip(status)), st.meaning)
+			len(accepted), len(api.Messages), refused+1, provider.Printable(clip(status)), st.meaning)
 	}
 	o := s.outcome(kind, code, latency, text)
-	o.ProviderCode = peer.Printable(clip(status))
+	o.ProviderCode = provider.Printable(clip(status))
 	o.ProviderFault = st.providerFault
 	if len(accepted) > 0 {
 		o.ProviderOperationID = accepted[0]
@@ -489,18 +489,18 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 		Provider:   s.provider,
 		StatusCode: code,
 		Latency:    latency,
-		Err:        peer.Printable(s.redact(errText)),
+		Err:        provider.Printable(s.redact(errText)),
 	}
 }
 
 // redact removes every spelling of the secrets from text. The messages above are built not to
 // contain them; this is the net under them, for texts that come from elsewhere (an error of
 // net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[redacted]") }
+func (s *Sender) redact(text string) string { return provider.Redact(text, s.secrets, "[redacted]") }
 
 // peerText prepares a text the peer wrote for the history: without the secrets (before it is
 // cut, so that no half of one survives the cut), at most maxPeerText bytes.
 func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxPeerText bytes, cut on a character boundary.
-func clip(text string) string { return peer.Clip(text, maxPeerText) }
+func clip(text string) string { return provider.Clip(text, maxPeerText) }

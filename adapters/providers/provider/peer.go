@@ -1,8 +1,8 @@
-// Package peer holds what the provider adapters of fixed, operator-configured HTTP APIs
-// (Telegram, Twilio, Vonage) share: making text a peer wrote safe for the history and the logs
-// (one printable line, bounded, without the credentials), and the connection pool of one such
-// destination.
-package peer
+package provider
+
+// What the provider adapters of fixed, operator-configured HTTP APIs (Telegram, Twilio, Vonage)
+// share about their peer: making text it wrote safe for the history and the logs (one printable
+// line, bounded, without the credentials), and the connection pool of one such destination.
 
 import (
 	"net"
