@@ -14,14 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
@@ -170,21 +167,9 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("encode sendMessage: %v", err))
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on Telegram may have sent the message, and a failure is unknown,
-	// not transient. net/http waits for its write loop before returning an error, so the flag
-	// is settled when Do returns.
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.endpoint, bytes.NewReader(body))
 	if err != nil {
 		// Its text would repeat the URL, token included.
 		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the sendMessage request: unusable base_url")
@@ -192,38 +177,22 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		kind := classifyTransportError(written.Load())
-		return s.outcome(kind, 0, time.Since(start), s.describeTransportError(err, kind))
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		// The kit draws the line for every adapter (provider.Unanswered). A DNS failure is
+		// transient and NotSent too: the host is the operator's setting, not the caller's, and
+		// a resolver that cannot find api.telegram.org is far likelier broken for a while than
+		// right.
+		v := provider.Unanswered(a.Written, a.CallerGone)
+		return v.Mark(s.outcome(v.Kind, 0, time.Since(start), s.describeTransportError(a.Err, v.Kind)))
 	}
-	answer, readErr := readBounded(resp.Body)
-	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
-	return s.responseOutcome(c, resp, answer, readErr, time.Since(start))
-}
-
-// classifyTransportError maps a failure without an answer. written says whether the whole
-// request reached the connection.
-func classifyTransportError(written bool) domain.OutcomeKind {
-	if written {
-		// Timeout waiting for the answer, reset or EOF after the write: Telegram may have
-		// sent the message, and only reconciliation can tell.
-		return domain.OutcomeUnknown
-	}
-	// Dial refused or timed out, DNS or TLS failure, reset before the request was fully
-	// written: Telegram cannot have acted on a request it did not fully receive. DNS failures
-	// are transient too: the host is the operator's setting, not the caller's, and a resolver
-	// that cannot find api.telegram.org is far likelier broken for a while than right.
-	return domain.OutcomeTransient
+	return s.responseOutcome(c, a.Response, a.Body, a.ReadErr, time.Since(start))
 }
 
 // describeTransportError writes the history's text for a failure without an answer. It names
-// the host, never the URL: *url.Error repeats the whole URL, token included.
+// the host, never the URL (provider.Exchange took the *url.Error off, which repeats the whole
+// URL, token included).
 func (s *Sender) describeTransportError(err error, kind domain.OutcomeKind) string {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		err = urlErr.Err
-	}
 	if kind == domain.OutcomeUnknown {
 		return fmt.Sprintf("sendMessage to %s: request written, then %v; Telegram may have sent the message", s.host, err)
 	}
@@ -246,19 +215,29 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 		return s.acceptedOutcome(c, code, &api, readErr, parseErr, latency)
 	}
 
-	kind := domain.OutcomePermanent
+	// Flood control (429), or Telegram's servers in trouble (5xx, a fault): it did not send,
+	// and will later.
+	v := provider.Answered(code)
 	switch {
-	case code == http.StatusTooManyRequests, code >= 500 && code < 600:
-		// Flood control, or Telegram's servers in trouble: it did not send, and will later.
-		kind = domain.OutcomeTransient
+	case code == http.StatusRequestTimeout:
+		// Not the Bot API's answer (it never sends 408): whatever answered may have passed
+		// the request on.
+		v = provider.Verdict{Kind: domain.OutcomeTransient, ProviderFault: true}
 	case code >= 300 && code < 400:
 		// Not the Bot API answering (the real one never redirects): base_url is wrong, and
-		// retrying will not fix it. Location is not echoed: it may repeat the token's URL.
+		// retrying will not fix it, for any message. Location is not echoed: it may repeat the
+		// token's URL.
+		v.ProviderFault = true
+	case code == http.StatusUnauthorized, code == http.StatusNotFound:
+		// The token is wrong (401) or malformed (404): every message of this bot fails, so it
+		// counts against the provider.
+		v.ProviderFault = true
 	default:
-		// 400 (chat not found, text unparsable), 401 (the token is wrong), 403 (the bot was
-		// blocked or removed), 404 (malformed token), any other 4xx: this request, to this
-		// chat with this bot, will not succeed by itself.
+		// 400 (chat not found, text unparsable), 403 (the bot was blocked or removed from the
+		// chat), any other 4xx: this request, to this chat, will not succeed by itself; the
+		// bot is well.
 	}
+	kind := v.Kind
 
 	text := fmt.Sprintf("Telegram answered HTTP %d", code)
 	switch {
@@ -276,7 +255,7 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 		// A group upgraded to a supergroup: the caller must send to the new id.
 		text += fmt.Sprintf(" (the group is now chat %d)", *api.Parameters.MigrateToChatID)
 	}
-	o := s.outcome(kind, code, latency, text)
+	o := v.Mark(s.outcome(kind, code, latency, text))
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
@@ -315,6 +294,8 @@ func (s *Sender) acceptedOutcome(c chat, code int, api *apiResponse, readErr, pa
 	}
 	o := s.outcome(domain.OutcomeUnknown, code, latency,
 		fmt.Sprintf("Telegram answered HTTP %d but %s; the message may have been sent", code, why))
+	// Not the Bot API's answer, or one cut short: the provider's end is not well.
+	o.ProviderFault = true
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
@@ -338,19 +319,6 @@ func retryAfter(api *apiResponse, header string) time.Duration {
 		return MaxRetryAfter
 	}
 	return time.Duration(math.Ceil(secs * float64(time.Second)))
-}
-
-// readBounded reads at most maxResponseRead bytes of an answer. An answer longer than that is
-// reported as an error, so that a 2xx cut short is never read as proof of anything.
-func readBounded(body io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, maxResponseRead+1))
-	if err != nil {
-		return b, err
-	}
-	if len(b) > maxResponseRead {
-		return b[:maxResponseRead], fmt.Errorf("the answer is longer than %d KiB", maxResponseRead>>10)
-	}
-	return b, nil
 }
 
 // outcome fills the fields every outcome of this adapter has, and removes the token from the

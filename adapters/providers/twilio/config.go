@@ -71,8 +71,6 @@ type Config struct {
 }
 
 var (
-	// providerName is what Provider may be: it is a metric label and part of a URL path.
-	providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	// accountSID is what AccountSID may be: it is a path segment and the basic-auth user name,
 	// so it holds no colon, slash or space. Twilio's are AC and 32 hex digits; compatible
 	// gateways use their own (SignalWire a UUID), so the form is not pinned further.
@@ -91,11 +89,8 @@ var (
 // have pasted the token into one): configuration errors end up in logs.
 func (c Config) Validate() error {
 	var problems []error
-	switch {
-	case c.Provider == "":
-		problems = append(problems, errors.New("provider is required (the provider's name in the history and metrics, e.g. twilio)"))
-	case !providerName.MatchString(c.Provider):
-		problems = append(problems, fmt.Errorf("provider %q: want lowercase letters, digits, - or _, starting with a letter, at most 32 characters", c.Provider))
+	if err := provider.CheckName(c.Provider, "twilio"); err != nil {
+		problems = append(problems, err)
 	}
 	if c.BaseURL != "" {
 		if err := checkBaseURL(c.BaseURL); err != nil {
@@ -153,21 +148,7 @@ func checkFrom(from string) error {
 
 // checkBaseURL checks a base URL without repeating it (see Validate).
 func checkBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password: the credentials go in account_sid and auth_token_env")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return errors.New("must not have a query or fragment: the API path is appended to it")
-	}
-	return nil
+	return provider.CheckBaseURL(raw, "account_sid and auth_token_env")
 }
 
 // checkCallbackURL checks the status callback URL without repeating it.

@@ -213,9 +213,9 @@ func (s *Sender) get(ctx context.Context, target string, limit int) (int, []byte
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, provider.Printable(s.redact(transportCause(err).Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, provider.Printable(s.redact(provider.Cause(err).Error())))
 	}
-	answer, readErr := readBounded(resp.Body, limit)
+	answer, readErr := provider.ReadBounded(resp.Body, limit)
 	_ = resp.Body.Close()
 	if readErr != nil {
 		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, provider.Printable(s.redact(readErr.Error())))

@@ -6,7 +6,7 @@
 // Twilio took is OutcomeAccepted: it is delivered when a receipt says so. The line between
 // "Twilio cannot have created the message" (transient, and NotSent: the attempt may fail over
 // at once) and "it may have" (unknown) is drawn at the moment the request was fully written,
-// observed through net/http/httptrace, as in adapters/providers/webhook and adapters/providers/telegram. The auth
+// observed by the provider kit (provider.Exchange), as for every HTTP provider. The auth
 // token is the password of every call and the key of every callback's signature; the adapter
 // keeps it out of everything it records, returns or prints.
 package twilio
@@ -19,12 +19,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
@@ -218,31 +216,17 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 
 	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on Twilio may have created the message, and a failure is unknown,
-	// not transient. net/http waits for its write loop before returning an error, so the flag
-	// is settled when Do returns.
-	var written atomic.Bool
-	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
 	req, err := s.newRequest(callCtx, http.MethodPost, s.messages, strings.NewReader(form.Encode()))
 	if err != nil {
 		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the create request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return s.transportOutcome(ctx, err, written.Load(), time.Since(start))
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		return s.transportOutcome(a, time.Since(start))
 	}
-	answer, readErr := readBounded(resp.Body, maxResponseRead)
-	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
-	return s.responseOutcome(resp, answer, readErr, time.Since(start))
+	return s.responseOutcome(a.Response, a.Body, a.ReadErr, time.Since(start))
 }
 
 // newRequest builds a call with the account's credentials.
@@ -257,39 +241,18 @@ func (s *Sender) newRequest(ctx context.Context, method, target string, body io.
 	return req, nil
 }
 
-// transportOutcome classifies a failure without an answer. written says whether the whole
-// request reached the connection; ctx is the attempt's own context.
-func (s *Sender) transportOutcome(ctx context.Context, err error, written bool, latency time.Duration) domain.Outcome {
-	cause := transportCause(err)
-	if written {
-		// A timeout waiting for the answer, a reset or EOF after the write: Twilio may have
-		// created the message, and only a lookup can tell.
-		o := s.outcome(domain.OutcomeUnknown, 0, latency,
-			fmt.Sprintf("create message at %s: request written, then %v; Twilio may have created the message", s.host, cause))
-		o.ProviderFault = true
-		return o
+// transportOutcome classifies a call without an answer, by the kit's line (provider.Unanswered):
+// after the whole request was written Twilio may have created the message, and only a lookup
+// can tell; before, the attempt may go to the next provider at once. A DNS failure is
+// transient too: the host is the operator's setting, and a resolver that cannot find
+// api.twilio.com is far likelier broken for a while than right.
+func (s *Sender) transportOutcome(a provider.Answer, latency time.Duration) domain.Outcome {
+	v := provider.Unanswered(a.Written, a.CallerGone)
+	text := fmt.Sprintf("create message at %s: %v", s.host, a.Err)
+	if a.Written {
+		text = fmt.Sprintf("create message at %s: request written, then %v; Twilio may have created the message", s.host, a.Err)
 	}
-	// Dial refused or timed out, DNS or TLS failure, a reset before the request was fully
-	// written: Twilio cannot have acted on a request it did not fully receive, so the attempt
-	// may go to the next provider at once. DNS failures are transient too: the host is the
-	// operator's setting, and a resolver that cannot find api.twilio.com is far likelier
-	// broken for a while than right.
-	o := s.outcome(domain.OutcomeTransient, 0, latency, fmt.Sprintf("create message at %s: %v", s.host, cause))
-	o.NotSent = true
-	// The attempt's own end (a shutdown, its deadline) before the request left is not the
-	// provider's doing; a dial that fails or times out on our timeout is.
-	o.ProviderFault = ctx.Err() == nil
-	return o
-}
-
-// transportCause is the error net/http returned without the *url.Error around it, which
-// repeats the whole URL.
-func transportCause(err error) error {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		return urlErr.Err
-	}
-	return err
+	return v.Mark(s.outcome(v.Kind, 0, latency, text))
 }
 
 // responseOutcome classifies an answer to a create.
@@ -385,19 +348,6 @@ func retryAfter(header string) time.Duration {
 		return MaxRetryAfter
 	}
 	return time.Duration(secs) * time.Second
-}
-
-// readBounded reads at most limit bytes of an answer. An answer longer than that is reported as
-// an error, so that a 2xx cut short is never read as proof of anything.
-func readBounded(body io.Reader, limit int) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
-	if err != nil {
-		return b, err
-	}
-	if len(b) > limit {
-		return b[:limit], fmt.Errorf("the answer is longer than %d KiB", limit>>10)
-	}
-	return b, nil
 }
 
 // outcome fills the fields every outcome of this adapter has, and removes the auth token from

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -86,8 +85,6 @@ type Config struct {
 }
 
 var (
-	// providerName is what Provider may be: it is a metric label and is shown in the history.
-	providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	// senderNumber and senderName are the two forms of a sender Vonage takes.
 	senderNumber = regexp.MustCompile(`^\+?[1-9][0-9]{3,14}$`)
 	senderName   = regexp.MustCompile(`^[A-Za-z0-9 ]{1,11}$`)
@@ -101,11 +98,8 @@ var (
 // it): configuration errors end up in logs.
 func (c Config) Validate() error {
 	var problems []error
-	switch {
-	case c.Provider == "":
-		problems = append(problems, errors.New("provider is required (the provider's name in the history and metrics, e.g. vonage)"))
-	case !providerName.MatchString(c.Provider):
-		problems = append(problems, fmt.Errorf("provider %q: want lowercase letters, digits, - or _, starting with a letter, at most 32 characters", c.Provider))
+	if err := provider.CheckName(c.Provider, "vonage"); err != nil {
+		problems = append(problems, err)
 	}
 	if c.BaseURL != "" {
 		if err := checkBaseURL(c.BaseURL); err != nil {
@@ -231,24 +225,7 @@ func loopbackHost(host string) bool {
 
 // checkBaseURL checks a base URL without repeating it (see Validate).
 func checkBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return errors.New("must not have a query or fragment: the method path /sms/json is appended to it")
-	}
-	if _, port, err := net.SplitHostPort(u.Host); err == nil && port == "" {
-		return errors.New("has an empty port")
-	}
-	return nil
+	return provider.CheckBaseURL(raw, "api_key and api_secret_env")
 }
 
 // withDefaults returns c with its zero fields replaced by the defaults.

@@ -6,7 +6,7 @@
 // receipt (ParseReceipt) decides later, unless the provider is configured to count acceptance
 // as delivery (Config.DeliveredOn). The line between "Vonage cannot have sent the message"
 // (transient) and "it may have" (unknown) is drawn at the moment the request was fully written,
-// observed through net/http/httptrace, as in adapters/providers/telegram. The API secret travels in the
+// observed by the provider kit (provider.Exchange), as for every HTTP provider. The API secret travels in the
 // request body and the callback token in the callback URL; the adapter keeps both out of
 // everything it records, returns or prints.
 //
@@ -20,15 +20,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
@@ -220,22 +217,9 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 		form.Set("status-report-req", "1")
 	}
 
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on Vonage may have sent the SMS, and a failure is unknown, not
-	// transient. net/http waits for its write loop before returning an error, so the flag is
-	// settled when Do returns.
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
 		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the SMS API request: unusable base_url")
 	}
@@ -243,38 +227,24 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return s.transportOutcome(err, written.Load(), parent.Err() != nil, time.Since(start))
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		return s.transportOutcome(a, time.Since(start))
 	}
-	answer, readErr := readBounded(resp.Body)
-	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
-	return s.responseOutcome(resp, answer, readErr, time.Since(start))
+	return s.responseOutcome(a.Response, a.Body, a.ReadErr, time.Since(start))
 }
 
-// transportOutcome classifies a failure without an answer. written says whether the whole
-// request reached the connection; callerGone whether the attempt's own context ended (the
-// worker's deadline or shutdown), which is not the provider's doing.
-func (s *Sender) transportOutcome(err error, written, callerGone bool, latency time.Duration) domain.Outcome {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		err = urlErr.Err // *url.Error repeats the URL; name the host instead
+// transportOutcome classifies a call without an answer, by the kit's line
+// (provider.Unanswered): after the whole request was written Vonage may have accepted the
+// message and sent it, and only a receipt or an operator can tell; before, the next provider
+// may take the message at once.
+func (s *Sender) transportOutcome(a provider.Answer, latency time.Duration) domain.Outcome {
+	v := provider.Unanswered(a.Written, a.CallerGone)
+	text := fmt.Sprintf("SMS API at %s: %v", s.host, a.Err)
+	if a.Written {
+		text = fmt.Sprintf("SMS API at %s: request written, then %v; Vonage may have sent the message", s.host, a.Err)
 	}
-	if written {
-		// Timeout waiting for the answer, reset or EOF after the write: Vonage may have
-		// accepted the message and sent it, and only a receipt or an operator can tell.
-		o := s.outcome(domain.OutcomeUnknown, 0, latency,
-			fmt.Sprintf("SMS API at %s: request written, then %v; Vonage may have sent the message", s.host, err))
-		o.ProviderFault = !callerGone
-		return o
-	}
-	// Dial refused or timed out, DNS or TLS failure, reset before the request was fully
-	// written: Vonage cannot have acted on a request it did not fully receive, and the next
-	// provider may take the message at once.
-	o := s.outcome(domain.OutcomeTransient, 0, latency, fmt.Sprintf("SMS API at %s: %v", s.host, err))
-	o.NotSent = true
-	o.ProviderFault = !callerGone
-	return o
+	return v.Mark(s.outcome(v.Kind, 0, latency, text))
 }
 
 // responseOutcome classifies an answer. The SMS API answers HTTP 200 to every request it
@@ -409,19 +379,6 @@ func retryAfter(header string) time.Duration {
 		return MaxRetryAfter
 	}
 	return time.Duration(secs) * time.Second
-}
-
-// readBounded reads at most maxResponseRead bytes of an answer. An answer longer than that is
-// reported as an error, so that a 2xx cut short is never read as proof of anything.
-func readBounded(body io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, maxResponseRead+1))
-	if err != nil {
-		return b, err
-	}
-	if len(b) > maxResponseRead {
-		return b[:maxResponseRead], fmt.Errorf("the answer is longer than %d KiB", maxResponseRead>>10)
-	}
-	return b, nil
 }
 
 // e164 is a recipient as the SMS channel writes it: + and 7 to 15 digits, not starting with 0.

@@ -1,0 +1,50 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+)
+
+// providerName is what a provider's name may be: it is a metric label, part of the receipts'
+// URL path, and shown in the history.
+var providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// CheckName checks a provider's name (Config.Provider of every adapter); example is a name of
+// the adapter's kind, said when the name is missing.
+func CheckName(name, example string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("provider is required (the provider's name in the history and metrics, e.g. %s)", example)
+	case !providerName.MatchString(name):
+		return fmt.Errorf("provider %q: want lowercase letters, digits, - or _, starting with a letter, at most 32 characters", name)
+	}
+	return nil
+}
+
+// CheckBaseURL checks the base URL of a fixed API, which the adapter appends its paths to,
+// without repeating it (an operator may have pasted a credential into it, and configuration
+// errors end up in logs). credentials says where the credentials go instead of the URL's user
+// part ("account_sid and auth_token_env"); "" says nothing more.
+func CheckBaseURL(raw, credentials string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("must be an absolute http or https URL")
+	case u.Host == "" || u.Hostname() == "":
+		return errors.New("must name a host")
+	case u.User != nil && credentials != "":
+		return fmt.Errorf("must not carry a user name or password: the credentials go in %s", credentials)
+	case u.User != nil:
+		return errors.New("must not carry a user name or password")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return errors.New("must not have a query or fragment: the API path is appended to it")
+	case u.Port() == "" && u.Host[len(u.Host)-1] == ':':
+		return errors.New("has an empty port")
+	}
+	return nil
+}
