@@ -99,6 +99,12 @@ func New(cfg Config) (*Sender, error) {
 // Provider names the provider in the history and in metrics (Config.Provider).
 func (s *Sender) Provider() string { return s.cfg.Provider }
 
+// String names the sender without its password, so that printing a Sender (whose fields hold
+// it) never writes the secret.
+func (s *Sender) String() string {
+	return "email.Sender{provider: " + s.cfg.Provider + ", addr: " + s.addr + "}"
+}
+
 // Deduplicates is false. The Message-ID is the same on every attempt of a delivery, and mail
 // readers and some mailbox stores drop a repeat of it, but SMTP servers queue whatever they are
 // given: an attempt with an unknown outcome must not be repeated blindly.
@@ -202,6 +208,9 @@ const (
 // flags sets NotSent and ProviderFault on an outcome of the attempt by the stage it ended at
 // (see stage) and the reply code (0 when none came).
 func (a *attempt) flags(o domain.Outcome, code int) domain.Outcome {
+	if o.Kind == domain.OutcomeDelivered {
+		return o
+	}
 	callerGone := a.caller != nil && a.caller.Err() != nil
 	switch a.stage {
 	case stageSession:
