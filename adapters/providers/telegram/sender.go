@@ -215,14 +215,10 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 		return s.acceptedOutcome(c, code, &api, readErr, parseErr, latency)
 	}
 
-	// Flood control (429), or Telegram's servers in trouble (5xx, a fault): it did not send,
-	// and will later.
+	// Flood control (429, a chat's limit, not the bot's health), or Telegram's servers in
+	// trouble (5xx, 408: a fault): it did not send, and will later.
 	v := provider.Answered(code)
 	switch {
-	case code == http.StatusRequestTimeout:
-		// Not the Bot API's answer (it never sends 408): whatever answered may have passed
-		// the request on.
-		v = provider.Verdict{Kind: domain.OutcomeTransient, ProviderFault: true}
 	case code >= 300 && code < 400:
 		// Not the Bot API answering (the real one never redirects): base_url is wrong, and
 		// retrying will not fix it, for any message. Location is not echoed: it may repeat the
