@@ -128,3 +128,22 @@ func (v Verdict) Mark(o domain.Outcome) domain.Outcome {
 	o.ProviderFault = v.ProviderFault
 	return o
 }
+
+// Unproven says why a 2xx answer is no proof of what the provider did: it could not be read
+// whole (readErr, Answer.ReadErr) or is not the API's answer (parseErr, with what naming the
+// form it should have: "Twilio's JSON"); "" when it is neither. The provider took the request
+// and may have acted whatever the body says, so such an answer is unknown, never transient:
+// retrying could send the message twice.
+func Unproven(readErr, parseErr error, what string) string {
+	switch {
+	case readErr != nil:
+		return fmt.Sprintf("reading the answer failed: %v", readErr)
+	case parseErr != nil:
+		return "the answer is not " + what
+	}
+	return ""
+}
+
+// UnprovenVerdict is the verdict on an answer Unproven refuses: unknown, and the provider's
+// fault (what answered is not the API, or it broke off).
+var UnprovenVerdict = Verdict{Kind: domain.OutcomeUnknown, ProviderFault: true}

@@ -24,7 +24,6 @@ import (
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -64,8 +63,8 @@ type Sender struct {
 	// printed; host is what messages name instead.
 	endpoint string
 	host     string
-	// secrets are the spellings of the token that redact removes from every recorded text.
-	secrets []string
+	// history writes the outcomes and peer texts without the spellings of the token.
+	history provider.History
 }
 
 // New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
@@ -81,19 +80,13 @@ func New(cfg Config) (*Sender, error) {
 	}
 	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
-		provider: cfg.Provider,
-		client: &http.Client{
-			Transport: tracing.Transport(transport, withoutToken), // client spans, when traced; never the token
-			// A redirect is not followed: it would re-send the message to a place nobody
-			// configured. The real Bot API never redirects, so a 3xx means base_url is wrong:
-			// permanent, and said so.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		provider:  cfg.Provider,
+		client:    provider.Client(transport, withoutToken), // no redirects; a 3xx is read as a wrong base URL
 		transport: transport,
 		timeout:   cfg.Timeout,
 		endpoint:  strings.TrimSuffix(cfg.BaseURL, "/") + "/bot" + cfg.Token + "/sendMessage",
 		host:      base.Host,
-		secrets:   tokenSpellings(cfg.Token),
+		history:   provider.History{Provider: cfg.Provider, Secrets: tokenSpellings(cfg.Token), Mark: "[token]", MaxPeerText: maxDescription},
 	}
 	return s, nil
 }
@@ -156,15 +149,15 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	c, err := parseChat(msg.Recipient)
 	if err != nil {
 		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
 	}
 	m, invalid := readPayload(msg.Payload)
 	if invalid != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
 	}
 	body, err := json.Marshal(sendMessageRequest{ChatID: c.chatID(), Text: m.text, ParseMode: m.parseMode})
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("encode sendMessage: %v", err))
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("encode sendMessage: %v", err))
 	}
 
 	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -172,7 +165,7 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.endpoint, bytes.NewReader(body))
 	if err != nil {
 		// Its text would repeat the URL, token included.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the sendMessage request: unusable base_url")
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "build the sendMessage request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
@@ -184,7 +177,7 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 		// a resolver that cannot find api.telegram.org is far likelier broken for a while than
 		// right.
 		v := provider.Unanswered(a.Written, a.CallerGone)
-		return v.Mark(s.outcome(v.Kind, 0, time.Since(start), s.describeTransportError(a.Err, v.Kind)))
+		return v.Mark(s.history.Outcome(v.Kind, 0, time.Since(start), s.describeTransportError(a.Err, v.Kind)))
 	}
 	return s.responseOutcome(c, a.Response, a.Body, a.ReadErr, time.Since(start))
 }
@@ -238,9 +231,9 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 	text := fmt.Sprintf("Telegram answered HTTP %d", code)
 	switch {
 	case parseErr == nil && api.Description != "":
-		text += ": " + s.peerText(api.Description)
+		text += ": " + s.history.PeerText(api.Description)
 	case len(answer) > 0:
-		text += " " + http.StatusText(code) + ": " + s.peerText(string(answer))
+		text += " " + http.StatusText(code) + ": " + s.history.PeerText(string(answer))
 	default:
 		text += " " + http.StatusText(code)
 	}
@@ -251,7 +244,7 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 		// A group upgraded to a supergroup: the caller must send to the new id.
 		text += fmt.Sprintf(" (the group is now chat %d)", *api.Parameters.MigrateToChatID)
 	}
-	o := v.Mark(s.outcome(kind, code, latency, text))
+	o := v.Mark(s.history.Outcome(kind, code, latency, text))
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
@@ -267,78 +260,48 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 // false on a 2xx, no message id) is unknown, not transient: retrying could send the message
 // twice. Err says what was missing.
 func (s *Sender) acceptedOutcome(c chat, code int, api *apiResponse, readErr, parseErr error, latency time.Duration) domain.Outcome {
-	var why string
+	why := provider.Unproven(readErr, parseErr, "the Bot API's JSON")
 	switch {
-	case readErr != nil:
-		why = fmt.Sprintf("reading the answer failed: %v", readErr)
-	case parseErr != nil:
-		why = "the answer is not the Bot API's JSON"
+	case why != "":
 	case api.OK == nil || !*api.OK:
 		why = "the answer does not say ok:true"
 		if api.Description != "" {
-			why += " (" + s.peerText(api.Description) + ")"
+			why += " (" + s.history.PeerText(api.Description) + ")"
 		}
 	case api.Result == nil || api.Result.MessageID == nil:
 		why = "the answer has no result.message_id"
 	}
 	if why == "" {
-		o := s.outcome(domain.OutcomeDelivered, code, latency, "")
+		o := s.history.Outcome(domain.OutcomeDelivered, code, latency, "")
 		// Message ids count per chat, so the pair names the message (for editMessageText or
 		// deleteMessage when reconciling).
 		o.ProviderOperationID = c.String() + ":" + strconv.FormatInt(*api.Result.MessageID, 10)
 		return o
 	}
-	o := s.outcome(domain.OutcomeUnknown, code, latency,
-		fmt.Sprintf("Telegram answered HTTP %d but %s; the message may have been sent", code, why))
-	// Not the Bot API's answer, or one cut short: the provider's end is not well.
-	o.ProviderFault = true
+	o := provider.UnprovenVerdict.Mark(s.history.Outcome(domain.OutcomeUnknown, code, latency,
+		fmt.Sprintf("Telegram answered HTTP %d but %s; the message may have been sent", code, why)))
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
 	return o
 }
 
-// retryAfter is Telegram's requested wait: parameters.retry_after (seconds), else a
-// Retry-After header in seconds, capped at MaxRetryAfter; zero when neither is usable, so a bad
-// value never delays a retry beyond the ledger's own schedule.
+// retryAfter is Telegram's requested wait: parameters.retry_after (seconds), else the
+// Retry-After header (provider.RetryAfter), capped at MaxRetryAfter; zero when neither is
+// usable, so a bad value never delays a retry beyond the ledger's own schedule.
 func retryAfter(api *apiResponse, header string) time.Duration {
-	secs := math.NaN()
-	if api.Parameters != nil && api.Parameters.RetryAfter != nil {
-		secs = *api.Parameters.RetryAfter
-	} else if v, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64); err == nil {
-		secs = float64(v)
+	if api.Parameters == nil || api.Parameters.RetryAfter == nil {
+		return provider.RetryAfter(header, time.Now(), MaxRetryAfter)
 	}
-	switch {
+	switch secs := *api.Parameters.RetryAfter; {
 	case math.IsNaN(secs) || secs <= 0:
 		return 0
 	case secs >= MaxRetryAfter.Seconds():
 		return MaxRetryAfter
+	default:
+		return time.Duration(math.Ceil(secs * float64(time.Second)))
 	}
-	return time.Duration(math.Ceil(secs * float64(time.Second)))
 }
-
-// outcome fills the fields every outcome of this adapter has, and removes the token from the
-// recorded text whatever produced it.
-func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
-	o := domain.Outcome{
-		Kind:       kind,
-		Provider:   s.provider,
-		StatusCode: code,
-		Latency:    latency,
-		Err:        provider.Printable(s.redact(errText)),
-	}
-	o.Class = domain.ClassOf(kind)
-	return o
-}
-
-// redact removes every spelling of the token from text. The messages above are built not to
-// contain it; this is the net under them, for texts that come from elsewhere (an error of
-// net/http, a proxy's error page that echoes the request line).
-func (s *Sender) redact(text string) string { return provider.Redact(text, s.secrets, "[token]") }
-
-// peerText prepares a text the peer wrote for the history: without the token (before it is cut,
-// so that no half of it survives the cut), at most maxDescription bytes.
-func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
 func clip(text string) string { return provider.Clip(text, maxDescription) }

@@ -213,12 +213,12 @@ func (s *Sender) get(ctx context.Context, target string, limit int) (int, []byte
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, provider.Printable(s.redact(provider.Cause(err).Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, provider.Printable(s.history.Redact(provider.Cause(err).Error())))
 	}
 	answer, readErr := provider.ReadBounded(resp.Body, limit)
 	_ = resp.Body.Close()
 	if readErr != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, provider.Printable(s.redact(readErr.Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, provider.Printable(s.history.Redact(readErr.Error())))
 	}
 	return resp.StatusCode, answer, nil
 }
@@ -229,9 +229,9 @@ func (s *Sender) answerError(what string, status int, answer []byte) error {
 	text := fmt.Sprintf("twilio lookup: %s: Twilio answered HTTP %d", what, status)
 	switch {
 	case json.Unmarshal(answer, &e) == nil && (e.Code != "" || e.Message != ""):
-		text += ", error " + s.peerText(string(e.Code)) + ": " + s.peerText(e.Message)
+		text += ", error " + s.history.PeerText(string(e.Code)) + ": " + s.history.PeerText(e.Message)
 	case len(answer) > 0:
-		text += " " + http.StatusText(status) + ": " + s.peerText(string(answer))
+		text += " " + http.StatusText(status) + ": " + s.history.PeerText(string(answer))
 	default:
 		text += " " + http.StatusText(status)
 	}
@@ -242,7 +242,7 @@ func (s *Sender) answerError(what string, status int, answer []byte) error {
 func (s *Sender) receiptOf(m apiMessage, deliveryID string) commands.Receipt {
 	code := provider.Printable(clip(string(m.ErrorCode)))
 	status, what := receiptStatus(m.Status, code)
-	detail := s.peerText(m.ErrorMessage)
+	detail := s.history.PeerText(m.ErrorMessage)
 	if detail == "" {
 		detail = what
 	}
@@ -251,7 +251,7 @@ func (s *Sender) receiptOf(m apiMessage, deliveryID string) commands.Receipt {
 		OperationID:    m.SID,
 		DeliveryID:     deliveryID,
 		Status:         status,
-		ProviderStatus: s.peerText(m.Status),
+		ProviderStatus: s.history.PeerText(m.Status),
 		Code:           code,
 		Detail:         detail,
 	}

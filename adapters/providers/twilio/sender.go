@@ -85,9 +85,9 @@ type Sender struct {
 	from           string
 	statusCallback string
 	acceptDelivers bool
-	// secrets are the spellings of the auth token that redact removes from every recorded
-	// text: the token, and the basic-auth credentials that carry it.
-	secrets []string
+	// history writes the outcomes and peer texts without the spellings of the auth token: the
+	// token, and the basic-auth credentials that carry it.
+	history provider.History
 }
 
 // New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
@@ -103,14 +103,8 @@ func New(cfg Config) (*Sender, error) {
 	}
 	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
-		provider: cfg.Provider,
-		client: &http.Client{
-			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
-			// A redirect is not followed: it would re-send the message (and the credentials)
-			// to a place nobody configured. Twilio never redirects, so a 3xx means base_url is
-			// wrong: permanent, and said so.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		provider:       cfg.Provider,
+		client:         provider.Client(transport, tracing.WithoutQuery), // no redirects; a 3xx is read as a wrong base URL
 		transport:      transport,
 		timeout:        cfg.Timeout,
 		base:           base.String(),
@@ -122,7 +116,7 @@ func New(cfg Config) (*Sender, error) {
 		from:           cfg.From,
 		statusCallback: cfg.StatusCallback,
 		acceptDelivers: cfg.DeliveredOn == DeliveredOnAccept,
-		secrets:        secretSpellings(cfg.AccountSID, cfg.AuthToken),
+		history:        provider.History{Provider: cfg.Provider, Secrets: secretSpellings(cfg.AccountSID, cfg.AuthToken), Mark: "[auth token]", MaxPeerText: maxDescription},
 	}
 	return s, nil
 }
@@ -203,11 +197,11 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	start := time.Now()
 	if err := sms.CheckNumber(msg.Recipient); err != nil {
 		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
 	}
 	text, err := sms.Text(msg.Payload)
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), err.Error())
 	}
 	form := url.Values{"To": {msg.Recipient}, "From": {s.from}, "Body": {text}}
 	if s.statusCallback != "" {
@@ -218,7 +212,7 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	defer cancel()
 	req, err := s.newRequest(callCtx, http.MethodPost, s.messages, strings.NewReader(form.Encode()))
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the create request: unusable base_url")
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "build the create request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 
@@ -252,7 +246,7 @@ func (s *Sender) transportOutcome(a provider.Answer, latency time.Duration) doma
 	if a.Written {
 		text = fmt.Sprintf("create message at %s: request written, then %v; Twilio may have created the message", s.host, a.Err)
 	}
-	return v.Mark(s.outcome(v.Kind, 0, latency, text))
+	return v.Mark(s.history.Outcome(v.Kind, 0, latency, text))
 }
 
 // responseOutcome classifies an answer to a create.
@@ -274,13 +268,13 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	switch {
 	case parseErr == nil && (e.Code != "" || e.Message != ""):
 		if e.Code != "" {
-			text += ", error " + s.peerText(string(e.Code))
+			text += ", error " + s.history.PeerText(string(e.Code))
 		}
 		if e.Message != "" {
-			text += ": " + s.peerText(e.Message)
+			text += ": " + s.history.PeerText(e.Message)
 		}
 	case len(answer) > 0:
-		text += " " + http.StatusText(status) + ": " + s.peerText(string(answer))
+		text += " " + http.StatusText(status) + ": " + s.history.PeerText(string(answer))
 	default:
 		text += " " + http.StatusText(status)
 	}
@@ -291,13 +285,13 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	case class.kind == domain.OutcomeUnknown:
 		text += "; Twilio may have created the message"
 	}
-	o := s.outcome(class.kind, status, latency, text)
+	o := s.history.Outcome(class.kind, status, latency, text)
 	o.ProviderFault = class.providerFault
 	if parseErr == nil && e.Code != "" {
-		o.ProviderCode = s.peerText(string(e.Code))
+		o.ProviderCode = s.history.PeerText(string(e.Code))
 	}
 	if class.kind == domain.OutcomeTransient {
-		o.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		o.RetryAfter = provider.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), MaxRetryAfter)
 	}
 	return o
 }
@@ -308,22 +302,17 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 // transient: retrying could send the message twice. Err says what was missing.
 func (s *Sender) acceptedOutcome(status int, answer []byte, readErr error, latency time.Duration) domain.Outcome {
 	var m apiMessage
-	var why string
-	switch err := json.Unmarshal(answer, &m); {
-	case readErr != nil:
-		why = fmt.Sprintf("reading the answer failed: %v", readErr)
-	case err != nil:
-		why = "the answer is not Twilio's JSON"
+	why := provider.Unproven(readErr, json.Unmarshal(answer, &m), "Twilio's JSON")
+	switch {
+	case why != "":
 	case m.SID == "":
 		why = "the answer has no sid"
 	case !messageSID.MatchString(m.SID):
 		why = "the answer's sid is not a message id"
 	}
 	if why != "" {
-		o := s.outcome(domain.OutcomeUnknown, status, latency,
-			fmt.Sprintf("Twilio answered HTTP %d but %s; the message may have been created", status, why))
-		o.ProviderFault = true
-		return o
+		return provider.UnprovenVerdict.Mark(s.history.Outcome(domain.OutcomeUnknown, status, latency,
+			fmt.Sprintf("Twilio answered HTTP %d but %s; the message may have been created", status, why)))
 	}
 	kind := domain.OutcomeAccepted
 	if st, known := statuses[m.Status]; s.acceptDelivers && (!known || st == commands.ReceiptPending || st == commands.ReceiptDelivered) {
@@ -331,47 +320,11 @@ func (s *Sender) acceptedOutcome(status int, answer []byte, readErr error, laten
 		// receipt and the lookup even then.
 		kind = domain.OutcomeDelivered
 	}
-	o := s.outcome(kind, status, latency, "")
+	o := s.history.Outcome(kind, status, latency, "")
 	o.ProviderOperationID = m.SID
-	o.ProviderCode = s.peerText(m.Status)
+	o.ProviderCode = s.history.PeerText(m.Status)
 	return o
 }
-
-// retryAfter reads a Retry-After in seconds, capped at MaxRetryAfter; zero when it is absent or
-// not a number of seconds, so a bad value never delays a retry beyond the ledger's schedule.
-func retryAfter(header string) time.Duration {
-	secs, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
-	if err != nil {
-		return 0
-	}
-	if secs >= uint64(MaxRetryAfter/time.Second) {
-		return MaxRetryAfter
-	}
-	return time.Duration(secs) * time.Second
-}
-
-// outcome fills the fields every outcome of this adapter has, and removes the auth token from
-// the recorded text whatever produced it.
-func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
-	return domain.Outcome{
-		Kind:       kind,
-		Class:      domain.ClassOf(kind),
-		Provider:   s.provider,
-		StatusCode: code,
-		Latency:    latency,
-		Err:        provider.Printable(s.redact(errText)),
-	}
-}
-
-// redact removes every spelling of the auth token from text. The messages above are built not
-// to contain it; this is the net under them, for texts that come from elsewhere (an error of
-// net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string { return provider.Redact(text, s.secrets, "[auth token]") }
-
-// peerText prepares a text the peer wrote for the history: without the auth token (before it is
-// cut, so that no half of it survives the cut), on one printable line, at most maxDescription
-// bytes.
-func (s *Sender) peerText(text string) string { return clip(provider.Printable(s.redact(text))) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
 func clip(text string) string { return provider.Clip(text, maxDescription) }

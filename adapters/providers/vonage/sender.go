@@ -24,7 +24,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,9 +76,9 @@ type Sender struct {
 	callback    string
 	token       string
 	deliveredOn string
-	// secrets are the spellings of the API secret, the callback token and the callback URL that
-	// redact removes from every recorded text, longest first.
-	secrets []string
+	// history writes the outcomes and peer texts without the spellings of the API secret, the
+	// callback token and the callback URL (longest first).
+	history provider.History
 }
 
 // New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
@@ -95,14 +94,8 @@ func New(cfg Config) (*Sender, error) {
 	}
 	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
-		provider: cfg.Provider,
-		client: &http.Client{
-			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
-			// A redirect is not followed: it would re-send the message, and the secret, to a
-			// place nobody configured. The SMS API never redirects, so a 3xx means base_url is
-			// wrong.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		provider:    cfg.Provider,
+		client:      provider.Client(transport, tracing.WithoutQuery), // no redirects; a 3xx is read as a wrong base URL
 		transport:   transport,
 		timeout:     cfg.Timeout,
 		endpoint:    strings.TrimSuffix(cfg.BaseURL, "/") + "/sms/json",
@@ -113,7 +106,7 @@ func New(cfg Config) (*Sender, error) {
 		callback:    cfg.Callback,
 		token:       cfg.CallbackToken,
 		deliveredOn: cfg.DeliveredOn,
-		secrets:     secretSpellings(cfg.APISecret, cfg.CallbackToken, cfg.Callback),
+		history:     provider.History{Provider: cfg.Provider, Secrets: secretSpellings(cfg.APISecret, cfg.CallbackToken, cfg.Callback), Mark: "[redacted]", MaxPeerText: maxPeerText},
 	}
 	return s, nil
 }
@@ -192,11 +185,11 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	to, err := recipientNumber(msg.Recipient)
 	if err != nil {
 		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
 	}
 	text, invalid := readText(msg.Payload)
 	if invalid != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
 	}
 	form := url.Values{
 		"api_key":    {s.apiKey},
@@ -221,7 +214,7 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	defer cancel()
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the SMS API request: unusable base_url")
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "build the SMS API request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
@@ -244,7 +237,7 @@ func (s *Sender) transportOutcome(a provider.Answer, latency time.Duration) doma
 	if a.Written {
 		text = fmt.Sprintf("SMS API at %s: request written, then %v; Vonage may have sent the message", s.host, a.Err)
 	}
-	return v.Mark(s.outcome(v.Kind, 0, latency, text))
+	return v.Mark(s.history.Outcome(v.Kind, 0, latency, text))
 }
 
 // responseOutcome classifies an answer. The SMS API answers HTTP 200 to every request it
@@ -276,12 +269,12 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	}
 	text := fmt.Sprintf("SMS API answered HTTP %d %s", code, http.StatusText(code))
 	if len(answer) > 0 {
-		text += ": " + s.peerText(string(answer))
+		text += ": " + s.history.PeerText(string(answer))
 	}
-	o := s.outcome(kind, code, latency, text+also)
+	o := s.history.Outcome(kind, code, latency, text+also)
 	o.ProviderFault = true
 	if kind == domain.OutcomeTransient {
-		o.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		o.RetryAfter = provider.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), MaxRetryAfter)
 	}
 	return o
 }
@@ -292,15 +285,12 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 // answer is unknown too: Vonage took the request, and may have sent the message.
 func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency time.Duration) domain.Outcome {
 	var api smsAnswer
-	var why string
-	switch err := json.Unmarshal(answer, &api); {
-	case readErr != nil:
-		why = fmt.Sprintf("reading the answer failed: %v", readErr)
-	case err != nil:
-		why = "the answer is not the SMS API's JSON"
-		if len(answer) > 0 {
-			why += " (" + s.peerText(string(answer)) + ")"
-		}
+	parseErr := json.Unmarshal(answer, &api)
+	why := provider.Unproven(readErr, parseErr, "the SMS API's JSON")
+	switch {
+	case why != "" && readErr == nil && len(answer) > 0:
+		why += " (" + s.history.PeerText(string(answer)) + ")"
+	case why != "":
 	case len(api.Messages) == 0:
 		why = "the answer lists no messages"
 	}
@@ -322,10 +312,8 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		}
 	}
 	if why != "" {
-		o := s.outcome(domain.OutcomeUnknown, code, latency,
-			fmt.Sprintf("SMS API answered HTTP %d but %s; the message may have been sent", code, why))
-		o.ProviderFault = true
-		return o
+		return provider.UnprovenVerdict.Mark(s.history.Outcome(domain.OutcomeUnknown, code, latency,
+			fmt.Sprintf("SMS API answered HTTP %d but %s; the message may have been sent", code, why)))
 	}
 
 	if refused < 0 {
@@ -333,7 +321,7 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		if s.deliveredOn == DeliveredOnAccept {
 			kind = domain.OutcomeDelivered
 		}
-		o := s.outcome(kind, code, latency, "")
+		o := s.history.Outcome(kind, code, latency, "")
 		// A long text is sent in parts, each with its own message-id and its own receipt; the
 		// first names the message. Receipts name the delivery by client-ref in any case.
 		o.ProviderOperationID = accepted[0]
@@ -345,7 +333,7 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 	st := statusOf(status)
 	text := fmt.Sprintf("Vonage refused the message: status %s %s", provider.Printable(clip(status)), st.meaning)
 	if m.ErrorText != "" {
-		text += ": " + s.peerText(string(m.ErrorText))
+		text += ": " + s.history.PeerText(string(m.ErrorText))
 	}
 	kind := st.kind
 	if len(accepted) > 0 {
@@ -355,7 +343,7 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		text = fmt.Sprintf("Vonage accepted %d of the %d parts of the message and refused part %d (status %s %s); the recipient may have part of it",
 			len(accepted), len(api.Messages), refused+1, provider.Printable(clip(status)), st.meaning)
 	}
-	o := s.outcome(kind, code, latency, text)
+	o := s.history.Outcome(kind, code, latency, text)
 	o.ProviderCode = provider.Printable(clip(status))
 	o.ProviderFault = st.providerFault
 	if len(accepted) > 0 {
@@ -367,19 +355,6 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 // operationID is what a message-id may be: Vonage's are 16 to 18 hexadecimal characters. It
 // is stored and matched against receipts, so it is held to a plain form.
 var operationID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-
-// retryAfter is a 429's requested wait in seconds, capped at MaxRetryAfter; zero when it is not
-// usable, so a bad value never delays a retry beyond the ledger's own schedule.
-func retryAfter(header string) time.Duration {
-	secs, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
-	switch {
-	case err != nil || secs == 0:
-		return 0
-	case secs >= uint64(MaxRetryAfter/time.Second):
-		return MaxRetryAfter
-	}
-	return time.Duration(secs) * time.Second
-}
 
 // e164 is a recipient as the SMS channel writes it: + and 7 to 15 digits, not starting with 0.
 var e164 = regexp.MustCompile(`^[1-9][0-9]{6,14}$`)
@@ -436,28 +411,6 @@ func isGSM7(text string) bool {
 	}
 	return true
 }
-
-// outcome fills the fields every outcome of this adapter has, and removes the secrets from the
-// recorded text whatever produced it.
-func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
-	return domain.Outcome{
-		Kind:       kind,
-		Class:      domain.ClassOf(kind),
-		Provider:   s.provider,
-		StatusCode: code,
-		Latency:    latency,
-		Err:        provider.Printable(s.redact(errText)),
-	}
-}
-
-// redact removes every spelling of the secrets from text. The messages above are built not to
-// contain them; this is the net under them, for texts that come from elsewhere (an error of
-// net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string { return provider.Redact(text, s.secrets, "[redacted]") }
-
-// peerText prepares a text the peer wrote for the history: without the secrets (before it is
-// cut, so that no half of one survives the cut), at most maxPeerText bytes.
-func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxPeerText bytes, cut on a character boundary.
 func clip(text string) string { return provider.Clip(text, maxPeerText) }

@@ -24,7 +24,6 @@ import (
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -103,13 +102,7 @@ func New(cfg Config) (*Sender, error) {
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	return &Sender{
-		client: &http.Client{
-			Transport: tracing.Transport(transport, nil), // client spans, when traced
-			// A redirect is not followed: the destination was fixed at acceptance, following
-			// one would re-send the payload somewhere nobody chose, and a redirect to an
-			// internal name is a classic SSRF trick. The 3xx is returned and is permanent.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client:    provider.Client(transport, nil), // no redirects (an SSRF detour); a 3xx is permanent
 		transport: transport,
 		timeout:   cfg.Timeout,
 		userAgent: cfg.UserAgent,
