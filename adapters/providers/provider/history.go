@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
@@ -42,3 +43,16 @@ func (h History) Redact(text string) string { return Redact(text, h.Secrets, h.M
 // cut, so that no half of one survives the cut), on one printable line, at most MaxPeerText
 // bytes.
 func (h History) PeerText(text string) string { return Clip(Printable(h.Redact(text)), h.MaxPeerText) }
+
+// Unanswered is the outcome of a call that got no answer (Answer.Response nil), by the kit's
+// line (the package function Unanswered), its text naming the call ("sendMessage to
+// api.telegram.org"), never the URL, and once the request was written what the provider may
+// have done ("Telegram may have sent the message").
+func (h History) Unanswered(a Answer, latency time.Duration, call, mayHave string) domain.Outcome {
+	v := Unanswered(a.Written, a.CallerGone)
+	text := fmt.Sprintf("%s: %v", call, a.Err)
+	if a.Written {
+		text = fmt.Sprintf("%s: request written, then %v; %s", call, a.Err, mayHave)
+	}
+	return v.Mark(h.Outcome(v.Kind, 0, latency, text))
+}

@@ -175,21 +175,10 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 		// The kit draws the line for every adapter (provider.Unanswered). A DNS failure is
 		// transient and NotSent too: the host is the operator's setting, not the caller's, and
 		// a resolver that cannot find api.telegram.org is far likelier broken for a while than
-		// right.
-		v := provider.Unanswered(a.Written, a.CallerGone)
-		return v.Mark(s.history.Outcome(v.Kind, 0, time.Since(start), s.describeTransportError(a.Err, v.Kind)))
+		// right. The text names the host, never the URL, which holds the token.
+		return s.history.Unanswered(a, time.Since(start), "sendMessage to "+s.host, "Telegram may have sent the message")
 	}
 	return s.responseOutcome(c, a.Response, a.Body, a.ReadErr, time.Since(start))
-}
-
-// describeTransportError writes the history's text for a failure without an answer. It names
-// the host, never the URL (provider.Exchange took the *url.Error off, which repeats the whole
-// URL, token included).
-func (s *Sender) describeTransportError(err error, kind domain.OutcomeKind) string {
-	if kind == domain.OutcomeUnknown {
-		return fmt.Sprintf("sendMessage to %s: request written, then %v; Telegram may have sent the message", s.host, err)
-	}
-	return fmt.Sprintf("sendMessage to %s: %v", s.host, err)
 }
 
 // responseOutcome classifies an answer. The HTTP status decides (the Bot API sends its

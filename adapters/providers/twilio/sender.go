@@ -218,7 +218,11 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 
 	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
 	if a.Response == nil {
-		return s.transportOutcome(a, time.Since(start))
+		// After the whole request was written Twilio may have created the message, and only a
+		// lookup can tell; before, the attempt may go to the next provider at once. A DNS
+		// failure is transient too: the host is the operator's setting, and a resolver that
+		// cannot find api.twilio.com is far likelier broken for a while than right.
+		return s.history.Unanswered(a, time.Since(start), "create message at "+s.host, "Twilio may have created the message")
 	}
 	return s.responseOutcome(a.Response, a.Body, a.ReadErr, time.Since(start))
 }
@@ -233,20 +237,6 @@ func (s *Sender) newRequest(ctx context.Context, method, target string, body io.
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 	return req, nil
-}
-
-// transportOutcome classifies a call without an answer, by the kit's line (provider.Unanswered):
-// after the whole request was written Twilio may have created the message, and only a lookup
-// can tell; before, the attempt may go to the next provider at once. A DNS failure is
-// transient too: the host is the operator's setting, and a resolver that cannot find
-// api.twilio.com is far likelier broken for a while than right.
-func (s *Sender) transportOutcome(a provider.Answer, latency time.Duration) domain.Outcome {
-	v := provider.Unanswered(a.Written, a.CallerGone)
-	text := fmt.Sprintf("create message at %s: %v", s.host, a.Err)
-	if a.Written {
-		text = fmt.Sprintf("create message at %s: request written, then %v; Twilio may have created the message", s.host, a.Err)
-	}
-	return v.Mark(s.history.Outcome(v.Kind, 0, latency, text))
 }
 
 // responseOutcome classifies an answer to a create.

@@ -222,22 +222,12 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 
 	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
 	if a.Response == nil {
-		return s.transportOutcome(a, time.Since(start))
+		// After the whole request was written Vonage may have accepted the message and sent
+		// it, and only a receipt or an operator can tell; before, the next provider may take
+		// the message at once.
+		return s.history.Unanswered(a, time.Since(start), "SMS API at "+s.host, "Vonage may have sent the message")
 	}
 	return s.responseOutcome(a.Response, a.Body, a.ReadErr, time.Since(start))
-}
-
-// transportOutcome classifies a call without an answer, by the kit's line
-// (provider.Unanswered): after the whole request was written Vonage may have accepted the
-// message and sent it, and only a receipt or an operator can tell; before, the next provider
-// may take the message at once.
-func (s *Sender) transportOutcome(a provider.Answer, latency time.Duration) domain.Outcome {
-	v := provider.Unanswered(a.Written, a.CallerGone)
-	text := fmt.Sprintf("SMS API at %s: %v", s.host, a.Err)
-	if a.Written {
-		text = fmt.Sprintf("SMS API at %s: request written, then %v; Vonage may have sent the message", s.host, a.Err)
-	}
-	return v.Mark(s.history.Outcome(v.Kind, 0, latency, text))
 }
 
 // responseOutcome classifies an answer. The SMS API answers HTTP 200 to every request it
