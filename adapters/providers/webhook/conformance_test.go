@@ -20,9 +20,12 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A webhook URL often carries a secret of its receiver's in its path or query; a receiver's
+	// error page may echo the request line ("Cannot POST /hooks/...").
+	const pathToken, queryToken = "p4thT0kenOfTheReceiver", "qu3ryT0kenOfTheReceiver"
 	providertest.Run(t, providertest.Harness{
 		Features: providertest.Features{HTTP: true, RecipientEndpoint: true, StatusIsProof: true},
-		Secrets:  []string{key},
+		Secrets:  []string{key, pathToken, queryToken},
 		Arrange: func(t *testing.T, c providertest.Case, peer providertest.Peer) (commands.Sender, commands.WorkMessage) {
 			target := peer.URL
 			if target == "" {
@@ -35,7 +38,7 @@ func TestConformance(t *testing.T) {
 			}
 			t.Cleanup(s.CloseIdleConnections)
 			return s, commands.WorkMessage{DeliveryID: "d-conformance", Tenant: "t1", Channel: "webhook", Attempt: 1,
-				Recipient: target + "/hook", Payload: []byte(`{"order":7}`)}
+				Recipient: target + "/hooks/" + pathToken + "?token=" + queryToken, Payload: []byte(`{"order":7}`)}
 		},
 	})
 }

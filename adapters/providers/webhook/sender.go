@@ -115,6 +115,10 @@ func New(cfg Config) (*Sender, error) {
 // Provider names the provider in the history and in metrics.
 func (s *Sender) Provider() string { return s.provider }
 
+// String names the sender without its tenants' signing secrets, so that printing a Sender
+// (whose fields hold them) never writes one.
+func (s *Sender) String() string { return "webhook.Sender{provider: " + s.provider + "}" }
+
 // Deduplicates is false: the webhook-id header lets a receiver drop duplicates, but we cannot
 // know that it does, so an attempt with an unknown outcome must not be repeated blindly.
 func (s *Sender) Deduplicates() bool { return false }
@@ -166,7 +170,20 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 		v := classifyTransportError(a)
 		return v.Mark(s.outcome(v.Kind, 0, time.Since(start), describeTransportError(target.Host, a.Err, v.Kind)))
 	}
-	return s.responseOutcome(target.Host, a.Response, snippet(a.Body), time.Since(start))
+	return s.responseOutcome(target, a.Response, a.Body, time.Since(start))
+}
+
+// urlSecrets are the spellings of what a webhook URL may hide (its path and its query, which
+// often carry the receiver's token), for the texts of a receiver's answer that may echo the
+// request: an error page's "Cannot POST /hooks/...", a redirect's Location.
+func urlSecrets(u *url.URL) []string {
+	var spellings []string
+	for _, s := range []string{u.RawQuery, u.EscapedPath(), u.Path} {
+		if len(s) > 1 { // "/" hides nothing, and would blank every slash
+			spellings = append(spellings, s)
+		}
+	}
+	return spellings
 }
 
 // destination parses and checks the recipient URL, so that an unusable one fails without any
@@ -186,7 +203,8 @@ func destination(recipient string) (*url.URL, error) {
 }
 
 // responseOutcome classifies a response the receiver sent.
-func (s *Sender) responseOutcome(host string, resp *http.Response, snippet string, latency time.Duration) domain.Outcome {
+func (s *Sender) responseOutcome(target *url.URL, resp *http.Response, body []byte, latency time.Duration) domain.Outcome {
+	host, hidden := target.Host, urlSecrets(target)
 	code := resp.StatusCode
 	kind := classifyStatus(code)
 	if kind == domain.OutcomeDelivered {
@@ -197,13 +215,13 @@ func (s *Sender) responseOutcome(host string, resp *http.Response, snippet strin
 	msg := fmt.Sprintf("POST to %s: HTTP %d %s", host, code, http.StatusText(code))
 	if code >= 300 && code < 400 {
 		msg += " (redirects are not followed"
-		if loc := headerEcho(resp.Header.Get("Location")); loc != "" {
+		if loc := headerEcho(provider.Redact(resp.Header.Get("Location"), hidden, "[url]")); loc != "" {
 			msg += "; Location: " + loc
 		}
 		msg += ")"
 	}
-	if snippet != "" {
-		msg += ": " + snippet
+	if text := snippet(provider.Redact(string(body), hidden, "[url]")); text != "" {
+		msg += ": " + text
 	}
 	o := s.outcome(kind, code, latency, msg)
 	if kind == domain.OutcomeTransient {
@@ -271,8 +289,8 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 }
 
 // snippet is the printable start of a response's body, for the history.
-func snippet(body []byte) string {
-	return printable(string(body[:min(len(body), maxSnippet)]))
+func snippet(body string) string {
+	return printable(body[:min(len(body), maxSnippet)])
 }
 
 // headerEcho makes a receiver-controlled header value safe to record: bounded and printable.
