@@ -222,7 +222,7 @@ func (a *attempt) flags(o domain.Outcome, code int) domain.Outcome {
 		switch {
 		case code >= 400 && code < 500:
 			o.ProviderFault = true
-		case code == 0 && o.Kind != domain.OutcomeDelivered:
+		case code == 0:
 			o.ProviderFault = !callerGone
 		}
 	}
