@@ -57,15 +57,7 @@ var (
 // round instead of one per restart. No message repeats the token or the base URL (an operator
 // may have pasted the token into it): configuration errors end up in logs.
 func (c Config) Validate() error {
-	var problems []error
-	if err := provider.CheckName(c.Provider, "telegram"); err != nil {
-		problems = append(problems, err)
-	}
-	if c.BaseURL != "" {
-		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
-		}
-	}
+	problems := provider.CheckAPI(c.Provider, "telegram", c.BaseURL, checkBaseURL)
 	switch {
 	case c.Token == "":
 		problems = append(problems, provider.Errorf("token_env", "token is required (the bot token BotFather gave)"))

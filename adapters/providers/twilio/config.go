@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"regexp"
 	"time"
 
@@ -88,15 +87,7 @@ var (
 // round instead of one per restart. No message repeats the auth token or a URL (an operator may
 // have pasted the token into one): configuration errors end up in logs.
 func (c Config) Validate() error {
-	var problems []error
-	if err := provider.CheckName(c.Provider, "twilio"); err != nil {
-		problems = append(problems, err)
-	}
-	if c.BaseURL != "" {
-		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
-		}
-	}
+	problems := provider.CheckAPI(c.Provider, "twilio", c.BaseURL, checkBaseURL)
 	switch {
 	case c.AccountSID == "":
 		problems = append(problems, provider.Errorf("account_sid", "account_sid is required (the account's SID, AC...)"))
@@ -113,7 +104,7 @@ func (c Config) Validate() error {
 		problems = append(problems, provider.Errorf("from", "from: %w", err))
 	}
 	if c.StatusCallback != "" {
-		if err := checkCallbackURL(c.StatusCallback); err != nil {
+		if err := provider.CheckCallbackURL(c.StatusCallback); err != nil {
 			problems = append(problems, &provider.KeyError{Key: "public_url", Root: true, Err: fmt.Errorf("status_callback (from public_url): %w", err)})
 		}
 	}
@@ -149,25 +140,6 @@ func checkFrom(from string) error {
 // checkBaseURL checks a base URL without repeating it (see Validate).
 func checkBaseURL(raw string) error {
 	return provider.CheckBaseURL(raw, "account_sid and auth_token_env")
-}
-
-// checkCallbackURL checks the status callback URL without repeating it.
-func checkCallbackURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password")
-	case u.Fragment != "":
-		return errors.New("must not have a fragment")
-	}
-	return nil
 }
 
 // withDefaults returns c with its zero fields replaced by the defaults.

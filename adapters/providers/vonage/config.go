@@ -97,15 +97,7 @@ var (
 // callback URL (it holds the token) or the base URL (an operator may have pasted a secret into
 // it): configuration errors end up in logs.
 func (c Config) Validate() error {
-	var problems []error
-	if err := provider.CheckName(c.Provider, "vonage"); err != nil {
-		problems = append(problems, err)
-	}
-	if c.BaseURL != "" {
-		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
-		}
-	}
+	problems := provider.CheckAPI(c.Provider, "vonage", c.BaseURL, checkBaseURL)
 	switch {
 	case c.APIKey == "":
 		problems = append(problems, provider.Errorf("api_key", "api_key is required (the account's API key, from the Vonage dashboard)"))
