@@ -202,41 +202,97 @@ func TestEmailUnknownNeverFailsOver(t *testing.T) {
 
 var failoverEnvSeq atomic.Int64
 
-// TestTelegramFailsOverToTheSecondBotAPI: the first Bot API server refuses connections, so each
-// message is sent through the second in the same attempt, the history naming both; after the
-// first's breaker threshold GET /v1/providers shows it open.
-func TestTelegramFailsOverToTheSecondBotAPI(t *testing.T) {
-	t.Parallel()
-	const token = "42:e2e-failover-token"
-	tg, err := telegramfake.Start(telegramfake.Config{Addr: "127.0.0.1:0", Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tg.Close)
+// setupTwoBotServers starts a ledger whose telegram channel sends through two Bot API servers
+// of one bot, first then second, the first with the given breaker block, and returns it.
+func setupTwoBotServers(t *testing.T, token, first, second, breaker string) *e2eBundle {
+	t.Helper()
 	env := fmt.Sprintf("FAILOVER_E2E_%d_TOKEN", failoverEnvSeq.Add(1))
 	if err := os.Setenv(env, token); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Unsetenv(env) })
 	path := writeLedgerFile(t, fmt.Sprintf(`channels:
-  telegram: {providers: [down, bot]}
+  telegram: {providers: [first, second], retry: {schedule: [50ms, 50ms, 50ms]}}
 providers:
-  down: {type: telegram, base_url: "http://127.0.0.1:%s", token_env: %s, timeout: 2s, breaker: {failures: 2, cooldown: 1m}}
-  bot: {type: telegram, base_url: %s, token_env: %s, timeout: 2s}
-`, unreachable, env, tg.URL(), env))
-	b := setupE2E(t, "", func(c *Config) { c.ConfigFile = path })
-	for i, chat := range []string{"111", "222"} {
-		resp, id := b.acceptWith(t, fmt.Sprintf("fo-tg-%d", i), map[string]any{"channel": "telegram", "recipient": chat,
-			"payload": map[string]any{"text": "failover"}})
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("accept: %d", resp.StatusCode)
-		}
-		b.waitState(t, id, domain.StateDelivered, 15*time.Second)
-		checkFailedOver(t, b.history(t, id), "down", "bot", "connection refused")
+  first: {type: telegram, base_url: "%s", token_env: %s, timeout: 2s, breaker: %s}
+  second: {type: telegram, base_url: %s, token_env: %s, timeout: 2s}
+`, first, env, breaker, second, env))
+	return setupE2E(t, "", func(c *Config) { c.ConfigFile = path })
+}
+
+// sendTelegram accepts one message to chat and returns its delivery id.
+func (b *e2eBundle) sendTelegram(t *testing.T, key, chat string) string {
+	t.Helper()
+	resp, id := b.acceptWith(t, key, map[string]any{"channel": "telegram", "recipient": chat, "payload": map[string]any{"text": "failover"}})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("accept: %d", resp.StatusCode)
 	}
-	b.waitProviderState(t, "down", "open", 10*time.Second)
-	if s := b.providerStates(t)["bot"]; s != "closed" {
-		t.Fatalf("bot shows %q, want closed", s)
+	return id
+}
+
+// startBotServer starts a Bot API fake for token behaving as b, closed when the test ends.
+func startBotServer(t *testing.T, token string, b telegramfake.Behaviour) *telegramfake.Server {
+	t.Helper()
+	tg, err := telegramfake.Start(telegramfake.Config{Addr: "127.0.0.1:0", Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tg.Close)
+	tg.SetBehaviour(b)
+	return tg
+}
+
+// TestTelegramBreakerClosesWhenTheServerComesBack: the first Bot API server answers 500 twice.
+// A 500 is an answer, not a call that never arrived, so those attempts are retried, not failed
+// over; but each counts against the server, its circuit opens after two, and the next attempt
+// passes it over ("circuit open") to the second. After the cooldown GET /v1/providers shows it
+// half_open; the next message is its probe, sent by it, and it shows closed.
+func TestTelegramBreakerClosesWhenTheServerComesBack(t *testing.T) {
+	t.Parallel()
+	const token = "42:e2e-breaker-token"
+	first := startBotServer(t, token, telegramfake.Behaviour{ServerErrors: 2})
+	second := startBotServer(t, token, telegramfake.Behaviour{})
+	b := setupTwoBotServers(t, token, first.URL(), second.URL(), "{failures: 2, cooldown: 3s}")
+	id := b.sendTelegram(t, "brk-tg-0", "111")
+	b.waitState(t, id, domain.StateDelivered, 15*time.Second)
+	h := b.history(t, id)
+	if n := count(h, domain.EventRetryScheduled); n != 2 || count(h, domain.EventFailedOver) != 0 {
+		t.Fatalf("history %v, want two retries after the 500s and no failover", types(h))
+	}
+	done := attemptResults(t, h, domain.EventDelivered)[0]
+	if done.Provider != "second" || len(done.FailedOver) != 1 || done.FailedOver[0].Error != "circuit open" {
+		t.Fatalf("delivered as %+v, want by second with first's circuit open", done)
+	}
+	b.waitProviderState(t, "first", "open", 10*time.Second)
+	b.waitProviderState(t, "first", "half_open", 10*time.Second)
+
+	probe := b.sendTelegram(t, "brk-tg-probe", "222")
+	b.waitState(t, probe, domain.StateDelivered, 15*time.Second)
+	if done := attemptResults(t, b.history(t, probe), domain.EventDelivered)[0]; done.Provider != "first" || len(done.FailedOver) != 0 {
+		t.Fatalf("the probe was delivered as %+v, want by first, nothing passed over", done)
+	}
+	b.waitProviderState(t, "first", "closed", 10*time.Second)
+	if f, s := len(first.Messages()), len(second.Messages()); f != 1 || s != 1 {
+		t.Fatalf("the servers sent %d and %d messages, want 1 (the probe) and 1", f, s)
+	}
+}
+
+// TestTelegramFailsOverToTheSecondBotAPI: the first Bot API server refuses connections, so each
+// message is sent through the second in the same attempt, the history naming both; after the
+// first's breaker threshold GET /v1/providers shows it open.
+func TestTelegramFailsOverToTheSecondBotAPI(t *testing.T) {
+	t.Parallel()
+	const token = "42:e2e-failover-token"
+	tg := startBotServer(t, token, telegramfake.Behaviour{})
+	b := setupTwoBotServers(t, token, "http://127.0.0.1:"+unreachable, tg.URL(), "{failures: 2, cooldown: 1m}")
+	for i, chat := range []string{"111", "222"} {
+		id := b.sendTelegram(t, fmt.Sprintf("fo-tg-%d", i), chat)
+		b.waitState(t, id, domain.StateDelivered, 15*time.Second)
+		checkFailedOver(t, b.history(t, id), "first", "second", "connection refused")
+	}
+	b.waitProviderState(t, "first", "open", 10*time.Second)
+	if s := b.providerStates(t)["second"]; s != "closed" {
+		t.Fatalf("second shows %q, want closed", s)
 	}
 	if n := len(tg.Messages()); n != 2 {
 		t.Fatalf("the second Bot API server sent %d messages, want 2", n)
