@@ -133,11 +133,37 @@ func (SystemClock) Now() time.Time { return time.Now().UTC().Truncate(time.Micro
 
 // Sender is a provider adapter: it performs one attempt and reports a typed outcome. It never
 // returns an error: every failure is an outcome (transient, permanent or unknown).
+//
+// The contract every implementation keeps (docs/design.md, "The Sender contract"; the
+// conformance suite adapters/providers/provider/providertest checks it against each one's fake):
+//
+//   - Kind is unknown whenever the provider may have acted: a reset, EOF or timeout after the
+//     whole request was written (SMTP: after the final "."), an answer that cannot be read as
+//     proof. A duplicate send is only ever possible after such an outcome.
+//   - NotSent (the adapter sets it) says the provider cannot have acted: the call failed before
+//     the request was written (refused, DNS, TLS; SMTP before RCPT TO). Only a transient outcome
+//     carries it. The attempt then moves to the channel's next provider whose breaker admits
+//     it, at once and in the same attempt, recording a failover; after any other outcome the
+//     attempt stays with the provider that answered.
+//   - ProviderFault (the adapter sets it) says the outcome counts against the provider's
+//     health: connection failures, timeouts, 5xx, refused credentials or setup. The attempt
+//     reports it to the provider's breaker as BreakerFault, everything else as BreakerSuccess;
+//     a refusal of one recipient or message is never a fault, nor is the end of ctx (the
+//     worker's deadline or shutdown).
+//   - FailedOver is the attempt's to set, never the adapter's.
+//
+// The kit (adapters/providers/provider: Exchange, Unanswered) draws these lines for HTTP
+// providers, so that no adapter writes them again.
 type Sender interface {
 	// Provider names the provider in the history and in metrics ("webhook", "smtp", ...).
 	Provider() string
 	// Deduplicates reports whether the provider honours the idempotency key we pass, which makes
-	// a repeated call for an attempt with an unknown outcome safe.
+	// a repeated call for an attempt with an unknown outcome safe: StartAttempt then retries a
+	// call a dead worker left without an outcome instead of recording unknown. It is a promise
+	// of the provider's API, not of the receivers: none of the five senders can make it today
+	// (Twilio's and Vonage's SMS APIs and Telegram's sendMessage take no idempotency key, an
+	// SMTP relay queues whatever it is given, a webhook receiver may or may not drop a repeated
+	// webhook-id), so all of them say false.
 	Deduplicates() bool
 	// Send performs the attempt. ctx carries the attempt's deadline.
 	Send(ctx context.Context, msg WorkMessage) domain.Outcome

@@ -64,14 +64,18 @@ type Outcome struct {
 	RetryAfter time.Duration
 	Err        string
 	// NotSent says the request never reached the provider (connection refused, a name that
-	// does not resolve, the provider's circuit open): the same attempt may move on to the
-	// channel's next provider at once. Only a transient outcome can be NotSent.
+	// does not resolve, a TLS failure, a reset before the whole request was written; SMTP: the
+	// session ended before RCPT TO): the same attempt may move on to the channel's next
+	// provider at once. Set by the adapter, read by the attempt's failover. Only a transient
+	// outcome can be NotSent; an unknown one never is (the provider may have sent it).
 	NotSent bool
 	// ProviderFault says the outcome counts against the provider's health (5xx, timeouts,
-	// connection errors, refused credentials), not against the recipient (an invalid number).
+	// connection errors, refused credentials or setup), not against the recipient (an invalid
+	// number) nor the caller (its context ended). Set by the adapter; the attempt reports it to
+	// the provider's circuit breaker, which opens after its threshold of them.
 	ProviderFault bool
 	// FailedOver lists the providers the attempt tried first, whose calls never reached them
-	// (set by the attempt, not by an adapter).
+	// (set by the attempt, never by an adapter).
 	FailedOver []ProviderTry
 	// ReceiptTimeout and ReceiptMaxWait (OutcomeAccepted) say when to ask the provider about a
 	// message no receipt has decided, and when to stop waiting and call the outcome unknown.

@@ -198,3 +198,14 @@ func hasSpaceOrControl(s string) bool {
 	}
 	return false
 }
+
+// String prints the configuration without the password, so that a Config in a log or an error
+// never carries the secret.
+func (c Config) String() string {
+	password := ""
+	if c.Password != "" {
+		password = "[redacted]"
+	}
+	return fmt.Sprintf("{Provider:%s Host:%s Port:%d TLS:%s Username:%s Password:%s From:%s Timeout:%s HeloName:%s}",
+		c.Provider, c.Host, c.Port, c.TLS, c.Username, password, c.From, c.Timeout, c.HeloName)
+}

@@ -99,6 +99,12 @@ func New(cfg Config) (*Sender, error) {
 // Provider names the provider in the history and in metrics (Config.Provider).
 func (s *Sender) Provider() string { return s.cfg.Provider }
 
+// String names the sender without its password, so that printing a Sender (whose fields hold
+// it) never writes the secret.
+func (s *Sender) String() string {
+	return "email.Sender{provider: " + s.cfg.Provider + ", addr: " + s.addr + "}"
+}
+
 // Deduplicates is false. The Message-ID is the same on every attempt of a delivery, and mail
 // readers and some mailbox stores drop a repeat of it, but SMTP servers queue whatever they are
 // given: an attempt with an unknown outcome must not be repeated blindly.
@@ -113,13 +119,14 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	if err != nil {
 		return s.outcome(domain.OutcomePermanent, time.Since(start), 0, "", err.Error())
 	}
+	caller := ctx
 	deadline := start.Add(s.cfg.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	a := &attempt{s: s, ctx: ctx, start: start, deadline: deadline}
+	a := &attempt{s: s, caller: caller, ctx: ctx, start: start, deadline: deadline}
 	defer a.close()
 	span := tracing.NoSpan
 	if tracing.Enabled() {
@@ -162,15 +169,64 @@ func (s *Sender) client(a *attempt) (*mail.Client, error) {
 
 // attempt is one SMTP session.
 type attempt struct {
-	s        *Sender
+	s *Sender
+	// caller is the context Send was given, ctx the attempt's (with the provider's timeout):
+	// the caller's end is not the relay's fault.
+	caller   context.Context
 	ctx      context.Context
 	start    time.Time
 	deadline time.Time
+	// stage is where the session ended, which decides NotSent and ProviderFault (flags).
+	stage stage
 
 	conn *attemptConn // set once dialled
 	stop func() bool  // stops the context watch on conn
 	// handshake is set when the dial succeeded and implicit TLS's handshake failed.
 	handshake error
+}
+
+// stage is a part of the SMTP session, as the Sender contract's flags see it.
+type stage int
+
+const (
+	// stageSession: connect, TLS, greeting, EHLO, STARTTLS, AUTH, MAIL FROM. The relay has
+	// not been given a recipient: it cannot have queued anything, so a transient end may go
+	// to the channel's next relay at once (NotSent), and any failure is the relay's (a refusal
+	// here is of the service, the credentials or our sender, for every message).
+	stageSession stage = iota
+	// stageMessage: RCPT TO, DATA and the message body. Nothing is queued before the end of
+	// data, but the relay took the transaction: the attempt stays with it. A reply here is
+	// about this recipient or message, not the relay's health; a lost connection is.
+	stageMessage
+	// stageEnd: the final "." and its reply. A 4xx is the relay's trouble (451 local error,
+	// 452 storage), a 5xx its verdict on this message; a drop before the reply is unknown.
+	stageEnd
+	// stageOurs: the message cannot be built or encoded; no call counts either way.
+	stageOurs
+)
+
+// flags sets NotSent and ProviderFault on an outcome of the attempt by the stage it ended at
+// (see stage) and the reply code (0 when none came).
+func (a *attempt) flags(o domain.Outcome, code int) domain.Outcome {
+	if o.Kind == domain.OutcomeDelivered {
+		return o
+	}
+	callerGone := a.caller != nil && a.caller.Err() != nil
+	switch a.stage {
+	case stageSession:
+		o.NotSent = o.Kind == domain.OutcomeTransient
+		o.ProviderFault = code != 0 || !callerGone
+	case stageMessage:
+		o.ProviderFault = code == 0 && !callerGone && o.Kind != domain.OutcomePermanent
+	case stageEnd:
+		switch {
+		case code >= 400 && code < 500:
+			o.ProviderFault = true
+		case code == 0:
+			o.ProviderFault = !callerGone
+		}
+	}
+	return o
 }
 
 // dial is go-mail's DialContextFunc: it connects to the configured address (go-mail's own
@@ -344,23 +400,29 @@ func (a *attempt) sendOutcome(err error, m *mail.Msg, sc *smtp.Client) domain.Ou
 	case mail.ErrSMTPMailFrom:
 		return a.stageFailed("MAIL FROM", code, enhanced, text)
 	case mail.ErrSMTPRcptTo:
+		a.stage = stageMessage
 		return a.stageFailed("RCPT TO", code, enhanced, text)
 	case mail.ErrSMTPData:
+		a.stage = stageMessage
 		return a.stageFailed("DATA", code, enhanced, text)
 	case mail.ErrWriteContent:
+		a.stage = stageMessage
 		// Message.WriteTo into the DATA writer failed: the body did not get out whole.
 		if a.conn.writeFailed.Load() {
 			return a.result(domain.OutcomeTransient, 0, "", fmt.Sprintf(
 				"message body at %s: %s while sending the message, before its end; the server cannot queue an incomplete message", a.s.addr, a.lost(text)))
 		}
+		a.stage = stageOurs
 		return a.result(domain.OutcomePermanent, 0, "", fmt.Sprintf("message: could not write it: %s", text))
 	case mail.ErrSMTPDataClose:
+		a.stage = stageEnd
 		// The end of data: DataCloser.Close writes the buffered tail and the final ".", then
 		// reads the reply.
 		if code != 0 {
 			return a.reply("end of data", code, enhanced, text, true)
 		}
 		if a.conn.writeFailed.Load() {
+			a.stage = stageMessage
 			return a.result(domain.OutcomeTransient, 0, "", fmt.Sprintf(
 				"end of data at %s: %s before the whole message was sent; the server cannot queue an incomplete message", a.s.addr, a.lost(text)))
 		}
@@ -368,6 +430,7 @@ func (a *attempt) sendOutcome(err error, m *mail.Msg, sc *smtp.Client) domain.Ou
 			"end of data at %s: the whole message was sent, then %s before the reply; the server may have queued it", a.s.addr, a.lost(text)))
 	case mail.ErrGetSender, mail.ErrGetRcpts, mail.ErrNoUnencoded:
 		// The message itself cannot be sent as built; it would fail the same way again.
+		a.stage = stageOurs
 		return a.result(domain.OutcomePermanent, 0, "", fmt.Sprintf("message: %s", text))
 	default:
 		// ErrConnCheck and anything newer: raised before MAIL FROM was sent.
@@ -452,9 +515,9 @@ func (a *attempt) describe(err error) string {
 	return oneLine(err.Error())
 }
 
-// result builds an outcome of the attempt.
+// result builds an outcome of the attempt, with the flags of the stage it ended at.
 func (a *attempt) result(kind domain.OutcomeKind, code int, enhanced, text string) domain.Outcome {
-	return a.s.outcome(kind, time.Since(a.start), code, enhanced, text)
+	return a.flags(a.s.outcome(kind, time.Since(a.start), code, enhanced, text), code)
 }
 
 // outcome fills the fields every outcome of this adapter has. ProviderCode is the reply code

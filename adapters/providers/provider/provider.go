@@ -1,9 +1,18 @@
-// Package provider is how a provider type describes itself to the configuration file: its
-// name, the channel it serves, the keys its block takes (which are required, which are secrets
-// read from the environment), how it checks them and how it builds its Sender and its channel.
-// Each provider adapter (webhook, email, telegram, twilio, vonage) declares its own Type; the
-// wiring registers each with one line, and the file parser walks the registered types without
-// knowing any of them (docs/design.md, "How to add a channel").
+// Package provider is the kit every provider adapter stands on.
+//
+// It is how a provider type describes itself to the configuration file: its name, the channel
+// it serves, the keys its block takes (which are required, which are secrets read from the
+// environment), how it checks them and how it builds its Sender and its channel. Each provider
+// adapter (webhook, email, telegram, twilio, vonage) declares its own Type; the wiring registers
+// each with one line, and the file parser walks the registered types without knowing any of
+// them (docs/design.md, "How to add a provider").
+//
+// It is also the transport boundary of the Sender contract (commands.Sender), written once: one
+// HTTP exchange that records whether the request was fully written and reads the answer to a
+// bound (Exchange), and one verdict on a call that got no answer (Unanswered): unknown once the
+// request was written, transient and NotSent before, a provider fault unless the caller went
+// away. Beside them, the checks of a provider's name and base URL, and making a peer's text safe
+// for the history. Package providertest is the contract's conformance suite.
 package provider
 
 import (

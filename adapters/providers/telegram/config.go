@@ -45,8 +45,6 @@ type Config struct {
 }
 
 var (
-	// providerName is what Provider may be: it is a metric label and is shown in the history.
-	providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	// tokenForm is the shape of a bot token: the bot's numeric id, a colon, the secret. Checking
 	// it catches a pasted quote, space or newline at start-up instead of at the first 401, and
 	// guarantees the token needs no escaping in the URL path.
@@ -59,18 +57,7 @@ var (
 // round instead of one per restart. No message repeats the token or the base URL (an operator
 // may have pasted the token into it): configuration errors end up in logs.
 func (c Config) Validate() error {
-	var problems []error
-	switch {
-	case c.Provider == "":
-		problems = append(problems, errors.New("provider is required (the provider's name in the history and metrics, e.g. telegram)"))
-	case !providerName.MatchString(c.Provider):
-		problems = append(problems, fmt.Errorf("provider %q: want lowercase letters, digits, - or _, starting with a letter, at most 32 characters", c.Provider))
-	}
-	if c.BaseURL != "" {
-		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
-		}
-	}
+	problems := provider.CheckAPI(c.Provider, "telegram", c.BaseURL, checkBaseURL)
 	switch {
 	case c.Token == "":
 		problems = append(problems, provider.Errorf("token_env", "token is required (the bot token BotFather gave)"))
@@ -85,20 +72,10 @@ func (c Config) Validate() error {
 
 // checkBaseURL checks a base URL without repeating it (see Validate).
 func checkBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
+	if err := provider.CheckBaseURL(raw, ""); err != nil {
+		return err
 	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return errors.New("must not have a query or fragment: the method path is appended to it")
-	case tokenInPath.MatchString(u.Path):
+	if u, _ := url.Parse(raw); tokenInPath.MatchString(u.Path) {
 		// {base}/bot<token>/bot<token>/sendMessage answers 404 for every call, and the token
 		// would then sit in a setting that is not treated as a secret.
 		return errors.New("must not contain the /bot<token> part: the token goes in token")

@@ -14,20 +14,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -67,8 +63,8 @@ type Sender struct {
 	// printed; host is what messages name instead.
 	endpoint string
 	host     string
-	// secrets are the spellings of the token that redact removes from every recorded text.
-	secrets []string
+	// history writes the outcomes and peer texts without the spellings of the token.
+	history provider.History
 }
 
 // New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
@@ -82,21 +78,15 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("telegram config: base_url: not a URL")
 	}
-	transport := peer.Transport(maxIdleConnsPerHost)
+	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
-		provider: cfg.Provider,
-		client: &http.Client{
-			Transport: tracing.Transport(transport, withoutToken), // client spans, when traced; never the token
-			// A redirect is not followed: it would re-send the message to a place nobody
-			// configured. The real Bot API never redirects, so a 3xx means base_url is wrong:
-			// permanent, and said so.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		provider:  cfg.Provider,
+		client:    provider.Client(transport, withoutToken), // no redirects; a 3xx is read as a wrong base URL
 		transport: transport,
 		timeout:   cfg.Timeout,
 		endpoint:  strings.TrimSuffix(cfg.BaseURL, "/") + "/bot" + cfg.Token + "/sendMessage",
 		host:      base.Host,
-		secrets:   tokenSpellings(cfg.Token),
+		history:   provider.History{Provider: cfg.Provider, Secrets: tokenSpellings(cfg.Token), Mark: "[token]", MaxPeerText: maxDescription},
 	}
 	return s, nil
 }
@@ -159,75 +149,36 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	c, err := parseChat(msg.Recipient)
 	if err != nil {
 		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
 	}
 	m, invalid := readPayload(msg.Payload)
 	if invalid != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
 	}
 	body, err := json.Marshal(sendMessageRequest{ChatID: c.chatID(), Text: m.text, ParseMode: m.parseMode})
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("encode sendMessage: %v", err))
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("encode sendMessage: %v", err))
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on Telegram may have sent the message, and a failure is unknown,
-	// not transient. net/http waits for its write loop before returning an error, so the flag
-	// is settled when Do returns.
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.endpoint, bytes.NewReader(body))
 	if err != nil {
 		// Its text would repeat the URL, token included.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the sendMessage request: unusable base_url")
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "build the sendMessage request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		kind := classifyTransportError(written.Load())
-		return s.outcome(kind, 0, time.Since(start), s.describeTransportError(err, kind))
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		// The kit draws the line for every adapter (provider.Unanswered). A DNS failure is
+		// transient and NotSent too: the host is the operator's setting, not the caller's, and
+		// a resolver that cannot find api.telegram.org is far likelier broken for a while than
+		// right. The text names the host, never the URL, which holds the token.
+		return s.history.Unanswered(a, time.Since(start), "sendMessage to "+s.host, "Telegram may have sent the message")
 	}
-	answer, readErr := readBounded(resp.Body)
-	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
-	return s.responseOutcome(c, resp, answer, readErr, time.Since(start))
-}
-
-// classifyTransportError maps a failure without an answer. written says whether the whole
-// request reached the connection.
-func classifyTransportError(written bool) domain.OutcomeKind {
-	if written {
-		// Timeout waiting for the answer, reset or EOF after the write: Telegram may have
-		// sent the message, and only reconciliation can tell.
-		return domain.OutcomeUnknown
-	}
-	// Dial refused or timed out, DNS or TLS failure, reset before the request was fully
-	// written: Telegram cannot have acted on a request it did not fully receive. DNS failures
-	// are transient too: the host is the operator's setting, not the caller's, and a resolver
-	// that cannot find api.telegram.org is far likelier broken for a while than right.
-	return domain.OutcomeTransient
-}
-
-// describeTransportError writes the history's text for a failure without an answer. It names
-// the host, never the URL: *url.Error repeats the whole URL, token included.
-func (s *Sender) describeTransportError(err error, kind domain.OutcomeKind) string {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		err = urlErr.Err
-	}
-	if kind == domain.OutcomeUnknown {
-		return fmt.Sprintf("sendMessage to %s: request written, then %v; Telegram may have sent the message", s.host, err)
-	}
-	return fmt.Sprintf("sendMessage to %s: %v", s.host, err)
+	return s.responseOutcome(c, a.Response, a.Body, a.ReadErr, time.Since(start))
 }
 
 // responseOutcome classifies an answer. The HTTP status decides (the Bot API sends its
@@ -246,26 +197,32 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 		return s.acceptedOutcome(c, code, &api, readErr, parseErr, latency)
 	}
 
-	kind := domain.OutcomePermanent
+	// Flood control (429, a chat's limit, not the bot's health), or Telegram's servers in
+	// trouble (5xx, 408: a fault): it did not send, and will later.
+	v := provider.Answered(code)
 	switch {
-	case code == http.StatusTooManyRequests, code >= 500 && code < 600:
-		// Flood control, or Telegram's servers in trouble: it did not send, and will later.
-		kind = domain.OutcomeTransient
 	case code >= 300 && code < 400:
 		// Not the Bot API answering (the real one never redirects): base_url is wrong, and
-		// retrying will not fix it. Location is not echoed: it may repeat the token's URL.
+		// retrying will not fix it, for any message. Location is not echoed: it may repeat the
+		// token's URL.
+		v.ProviderFault = true
+	case code == http.StatusUnauthorized, code == http.StatusNotFound:
+		// The token is wrong (401) or malformed (404): every message of this bot fails, so it
+		// counts against the provider.
+		v.ProviderFault = true
 	default:
-		// 400 (chat not found, text unparsable), 401 (the token is wrong), 403 (the bot was
-		// blocked or removed), 404 (malformed token), any other 4xx: this request, to this
-		// chat with this bot, will not succeed by itself.
+		// 400 (chat not found, text unparsable), 403 (the bot was blocked or removed from the
+		// chat), any other 4xx: this request, to this chat, will not succeed by itself; the
+		// bot is well.
 	}
+	kind := v.Kind
 
 	text := fmt.Sprintf("Telegram answered HTTP %d", code)
 	switch {
 	case parseErr == nil && api.Description != "":
-		text += ": " + s.peerText(api.Description)
+		text += ": " + s.history.PeerText(api.Description)
 	case len(answer) > 0:
-		text += " " + http.StatusText(code) + ": " + s.peerText(string(answer))
+		text += " " + http.StatusText(code) + ": " + s.history.PeerText(string(answer))
 	default:
 		text += " " + http.StatusText(code)
 	}
@@ -276,7 +233,7 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 		// A group upgraded to a supergroup: the caller must send to the new id.
 		text += fmt.Sprintf(" (the group is now chat %d)", *api.Parameters.MigrateToChatID)
 	}
-	o := s.outcome(kind, code, latency, text)
+	o := v.Mark(s.history.Outcome(kind, code, latency, text))
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
@@ -292,92 +249,51 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 // false on a 2xx, no message id) is unknown, not transient: retrying could send the message
 // twice. Err says what was missing.
 func (s *Sender) acceptedOutcome(c chat, code int, api *apiResponse, readErr, parseErr error, latency time.Duration) domain.Outcome {
-	var why string
+	why := provider.Unproven(readErr, parseErr, "the Bot API's JSON")
 	switch {
-	case readErr != nil:
-		why = fmt.Sprintf("reading the answer failed: %v", readErr)
-	case parseErr != nil:
-		why = "the answer is not the Bot API's JSON"
+	case why != "":
 	case api.OK == nil || !*api.OK:
 		why = "the answer does not say ok:true"
 		if api.Description != "" {
-			why += " (" + s.peerText(api.Description) + ")"
+			why += " (" + s.history.PeerText(api.Description) + ")"
 		}
 	case api.Result == nil || api.Result.MessageID == nil:
 		why = "the answer has no result.message_id"
 	}
 	if why == "" {
-		o := s.outcome(domain.OutcomeDelivered, code, latency, "")
+		o := s.history.Outcome(domain.OutcomeDelivered, code, latency, "")
 		// Message ids count per chat, so the pair names the message (for editMessageText or
 		// deleteMessage when reconciling).
 		o.ProviderOperationID = c.String() + ":" + strconv.FormatInt(*api.Result.MessageID, 10)
 		return o
 	}
-	o := s.outcome(domain.OutcomeUnknown, code, latency,
-		fmt.Sprintf("Telegram answered HTTP %d but %s; the message may have been sent", code, why))
+	o := provider.UnprovenVerdict.Mark(s.history.Outcome(domain.OutcomeUnknown, code, latency,
+		fmt.Sprintf("Telegram answered HTTP %d but %s; the message may have been sent", code, why)))
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
 	return o
 }
 
-// retryAfter is Telegram's requested wait: parameters.retry_after (seconds), else a
-// Retry-After header in seconds, capped at MaxRetryAfter; zero when neither is usable, so a bad
-// value never delays a retry beyond the ledger's own schedule.
+// retryAfter is Telegram's requested wait: parameters.retry_after (seconds), else the
+// Retry-After header (provider.RetryAfter), capped at MaxRetryAfter; zero when neither is
+// usable, so a bad value never delays a retry beyond the ledger's own schedule.
 func retryAfter(api *apiResponse, header string) time.Duration {
-	secs := math.NaN()
-	if api.Parameters != nil && api.Parameters.RetryAfter != nil {
-		secs = *api.Parameters.RetryAfter
-	} else if v, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64); err == nil {
-		secs = float64(v)
+	if api.Parameters == nil || api.Parameters.RetryAfter == nil {
+		return provider.RetryAfter(header, time.Now(), MaxRetryAfter)
 	}
-	switch {
+	switch secs := *api.Parameters.RetryAfter; {
 	case math.IsNaN(secs) || secs <= 0:
 		return 0
 	case secs >= MaxRetryAfter.Seconds():
 		return MaxRetryAfter
+	default:
+		return time.Duration(math.Ceil(secs * float64(time.Second)))
 	}
-	return time.Duration(math.Ceil(secs * float64(time.Second)))
 }
-
-// readBounded reads at most maxResponseRead bytes of an answer. An answer longer than that is
-// reported as an error, so that a 2xx cut short is never read as proof of anything.
-func readBounded(body io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, maxResponseRead+1))
-	if err != nil {
-		return b, err
-	}
-	if len(b) > maxResponseRead {
-		return b[:maxResponseRead], fmt.Errorf("the answer is longer than %d KiB", maxResponseRead>>10)
-	}
-	return b, nil
-}
-
-// outcome fills the fields every outcome of this adapter has, and removes the token from the
-// recorded text whatever produced it.
-func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
-	o := domain.Outcome{
-		Kind:       kind,
-		Provider:   s.provider,
-		StatusCode: code,
-		Latency:    latency,
-		Err:        peer.Printable(s.redact(errText)),
-	}
-	o.Class = domain.ClassOf(kind)
-	return o
-}
-
-// redact removes every spelling of the token from text. The messages above are built not to
-// contain it; this is the net under them, for texts that come from elsewhere (an error of
-// net/http, a proxy's error page that echoes the request line).
-func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[token]") }
-
-// peerText prepares a text the peer wrote for the history: without the token (before it is cut,
-// so that no half of it survives the cut), at most maxDescription bytes.
-func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
 
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
-func clip(text string) string { return peer.Clip(text, maxDescription) }
+func clip(text string) string { return provider.Clip(text, maxDescription) }
 
 // withoutToken renders a Bot API URL for a trace: the method's path with the bot's token
 // replaced, since a trace backend is no place for a credential. A URL of another shape is

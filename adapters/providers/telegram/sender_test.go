@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/telegram/telegramfake"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -113,7 +113,7 @@ func send(t *testing.T, s *Sender, msg commands.WorkMessage) domain.Outcome {
 }
 
 // printableOnly reports whether s has no control characters, line separators or bidi controls.
-func printableOnly(s string) bool { return peer.Printable(s) == strings.TrimSpace(s) }
+func printableOnly(s string) bool { return provider.Printable(s) == strings.TrimSpace(s) }
 
 // workMessage is an attempt to send payload to recipient.
 func workMessage(recipient string, payload string) commands.WorkMessage {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"regexp"
 	"time"
 
@@ -71,8 +70,6 @@ type Config struct {
 }
 
 var (
-	// providerName is what Provider may be: it is a metric label and part of a URL path.
-	providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	// accountSID is what AccountSID may be: it is a path segment and the basic-auth user name,
 	// so it holds no colon, slash or space. Twilio's are AC and 32 hex digits; compatible
 	// gateways use their own (SignalWire a UUID), so the form is not pinned further.
@@ -90,18 +87,7 @@ var (
 // round instead of one per restart. No message repeats the auth token or a URL (an operator may
 // have pasted the token into one): configuration errors end up in logs.
 func (c Config) Validate() error {
-	var problems []error
-	switch {
-	case c.Provider == "":
-		problems = append(problems, errors.New("provider is required (the provider's name in the history and metrics, e.g. twilio)"))
-	case !providerName.MatchString(c.Provider):
-		problems = append(problems, fmt.Errorf("provider %q: want lowercase letters, digits, - or _, starting with a letter, at most 32 characters", c.Provider))
-	}
-	if c.BaseURL != "" {
-		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
-		}
-	}
+	problems := provider.CheckAPI(c.Provider, "twilio", c.BaseURL, checkBaseURL)
 	switch {
 	case c.AccountSID == "":
 		problems = append(problems, provider.Errorf("account_sid", "account_sid is required (the account's SID, AC...)"))
@@ -118,7 +104,7 @@ func (c Config) Validate() error {
 		problems = append(problems, provider.Errorf("from", "from: %w", err))
 	}
 	if c.StatusCallback != "" {
-		if err := checkCallbackURL(c.StatusCallback); err != nil {
+		if err := provider.CheckCallbackURL(c.StatusCallback); err != nil {
 			problems = append(problems, &provider.KeyError{Key: "public_url", Root: true, Err: fmt.Errorf("status_callback (from public_url): %w", err)})
 		}
 	}
@@ -153,40 +139,7 @@ func checkFrom(from string) error {
 
 // checkBaseURL checks a base URL without repeating it (see Validate).
 func checkBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password: the credentials go in account_sid and auth_token_env")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return errors.New("must not have a query or fragment: the API path is appended to it")
-	}
-	return nil
-}
-
-// checkCallbackURL checks the status callback URL without repeating it.
-func checkCallbackURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password")
-	case u.Fragment != "":
-		return errors.New("must not have a fragment")
-	}
-	return nil
+	return provider.CheckBaseURL(raw, "account_sid and auth_token_env")
 }
 
 // withDefaults returns c with its zero fields replaced by the defaults.

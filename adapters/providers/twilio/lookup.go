@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 )
 
@@ -54,7 +54,7 @@ func (s *Sender) Lookup(ctx context.Context, q commands.LookupQuery) (commands.R
 // fetch reads one message by its sid.
 func (s *Sender) fetch(ctx context.Context, q commands.LookupQuery) (commands.Receipt, error) {
 	if !messageSID.MatchString(q.OperationID) {
-		return commands.Receipt{}, fmt.Errorf("twilio lookup: %q is not a message sid", peer.Printable(clip(q.OperationID)))
+		return commands.Receipt{}, fmt.Errorf("twilio lookup: %q is not a message sid", provider.Printable(clip(q.OperationID)))
 	}
 	target := s.base + "/" + apiVersion + "/Accounts/" + s.accountSID + "/Messages/" + q.OperationID + ".json"
 	status, answer, err := s.get(ctx, target, maxResponseRead)
@@ -213,12 +213,12 @@ func (s *Sender) get(ctx context.Context, target string, limit int) (int, []byte
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, peer.Printable(s.redact(transportCause(err).Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: %s", s.host, provider.Printable(s.history.Redact(provider.Cause(err).Error())))
 	}
-	answer, readErr := readBounded(resp.Body, limit)
+	answer, readErr := provider.ReadBounded(resp.Body, limit)
 	_ = resp.Body.Close()
 	if readErr != nil {
-		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, peer.Printable(s.redact(readErr.Error())))
+		return 0, nil, fmt.Errorf("twilio lookup at %s: HTTP %d, %s", s.host, resp.StatusCode, provider.Printable(s.history.Redact(readErr.Error())))
 	}
 	return resp.StatusCode, answer, nil
 }
@@ -229,9 +229,9 @@ func (s *Sender) answerError(what string, status int, answer []byte) error {
 	text := fmt.Sprintf("twilio lookup: %s: Twilio answered HTTP %d", what, status)
 	switch {
 	case json.Unmarshal(answer, &e) == nil && (e.Code != "" || e.Message != ""):
-		text += ", error " + s.peerText(string(e.Code)) + ": " + s.peerText(e.Message)
+		text += ", error " + s.history.PeerText(string(e.Code)) + ": " + s.history.PeerText(e.Message)
 	case len(answer) > 0:
-		text += " " + http.StatusText(status) + ": " + s.peerText(string(answer))
+		text += " " + http.StatusText(status) + ": " + s.history.PeerText(string(answer))
 	default:
 		text += " " + http.StatusText(status)
 	}
@@ -240,9 +240,9 @@ func (s *Sender) answerError(what string, status int, answer []byte) error {
 
 // receiptOf reads a message resource as a receipt.
 func (s *Sender) receiptOf(m apiMessage, deliveryID string) commands.Receipt {
-	code := peer.Printable(clip(string(m.ErrorCode)))
+	code := provider.Printable(clip(string(m.ErrorCode)))
 	status, what := receiptStatus(m.Status, code)
-	detail := s.peerText(m.ErrorMessage)
+	detail := s.history.PeerText(m.ErrorMessage)
 	if detail == "" {
 		detail = what
 	}
@@ -251,7 +251,7 @@ func (s *Sender) receiptOf(m apiMessage, deliveryID string) commands.Receipt {
 		OperationID:    m.SID,
 		DeliveryID:     deliveryID,
 		Status:         status,
-		ProviderStatus: s.peerText(m.Status),
+		ProviderStatus: s.history.PeerText(m.Status),
 		Code:           code,
 		Detail:         detail,
 	}

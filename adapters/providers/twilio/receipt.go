@@ -96,9 +96,9 @@ func (s *Sender) ParseReceipt(callbackURL string, header http.Header, body []byt
 		Provider:       s.provider,
 		OperationID:    sid,
 		Status:         st,
-		ProviderStatus: s.peerText(status),
+		ProviderStatus: s.history.PeerText(status),
 		Code:           code,
-		Detail:         s.peerText(form.Get("ErrorMessage")),
+		Detail:         s.history.PeerText(form.Get("ErrorMessage")),
 	}
 	if r.Detail == "" {
 		r.Detail = what

@@ -6,7 +6,7 @@
 // Twilio took is OutcomeAccepted: it is delivered when a receipt says so. The line between
 // "Twilio cannot have created the message" (transient, and NotSent: the attempt may fail over
 // at once) and "it may have" (unknown) is drawn at the moment the request was fully written,
-// observed through net/http/httptrace, as in adapters/providers/webhook and adapters/providers/telegram. The auth
+// observed by the provider kit (provider.Exchange), as for every HTTP provider. The auth
 // token is the password of every call and the key of every callback's signature; the adapter
 // keeps it out of everything it records, returns or prints.
 package twilio
@@ -19,15 +19,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/sms"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -87,9 +85,9 @@ type Sender struct {
 	from           string
 	statusCallback string
 	acceptDelivers bool
-	// secrets are the spellings of the auth token that redact removes from every recorded
-	// text: the token, and the basic-auth credentials that carry it.
-	secrets []string
+	// history writes the outcomes and peer texts without the spellings of the auth token: the
+	// token, and the basic-auth credentials that carry it.
+	history provider.History
 }
 
 // New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
@@ -103,16 +101,10 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("twilio config: base_url: not a URL")
 	}
-	transport := peer.Transport(maxIdleConnsPerHost)
+	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
-		provider: cfg.Provider,
-		client: &http.Client{
-			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
-			// A redirect is not followed: it would re-send the message (and the credentials)
-			// to a place nobody configured. Twilio never redirects, so a 3xx means base_url is
-			// wrong: permanent, and said so.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		provider:       cfg.Provider,
+		client:         provider.Client(transport, tracing.WithoutQuery), // no redirects; a 3xx is read as a wrong base URL
 		transport:      transport,
 		timeout:        cfg.Timeout,
 		base:           base.String(),
@@ -124,7 +116,7 @@ func New(cfg Config) (*Sender, error) {
 		from:           cfg.From,
 		statusCallback: cfg.StatusCallback,
 		acceptDelivers: cfg.DeliveredOn == DeliveredOnAccept,
-		secrets:        secretSpellings(cfg.AccountSID, cfg.AuthToken),
+		history:        provider.History{Provider: cfg.Provider, Secrets: secretSpellings(cfg.AccountSID, cfg.AuthToken), Mark: "[auth token]", MaxPeerText: maxDescription},
 	}
 	return s, nil
 }
@@ -205,11 +197,11 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	start := time.Now()
 	if err := sms.CheckNumber(msg.Recipient); err != nil {
 		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
 	}
 	text, err := sms.Text(msg.Payload)
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), err.Error())
 	}
 	form := url.Values{"To": {msg.Recipient}, "From": {s.from}, "Body": {text}}
 	if s.statusCallback != "" {
@@ -218,31 +210,21 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 
 	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on Twilio may have created the message, and a failure is unknown,
-	// not transient. net/http waits for its write loop before returning an error, so the flag
-	// is settled when Do returns.
-	var written atomic.Bool
-	callCtx = httptrace.WithClientTrace(callCtx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
 	req, err := s.newRequest(callCtx, http.MethodPost, s.messages, strings.NewReader(form.Encode()))
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the create request: unusable base_url")
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "build the create request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return s.transportOutcome(ctx, err, written.Load(), time.Since(start))
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		// After the whole request was written Twilio may have created the message, and only a
+		// lookup can tell; before, the attempt may go to the next provider at once. A DNS
+		// failure is transient too: the host is the operator's setting, and a resolver that
+		// cannot find api.twilio.com is far likelier broken for a while than right.
+		return s.history.Unanswered(a, time.Since(start), "create message at "+s.host, "Twilio may have created the message")
 	}
-	answer, readErr := readBounded(resp.Body, maxResponseRead)
-	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
-	return s.responseOutcome(resp, answer, readErr, time.Since(start))
+	return s.responseOutcome(a.Response, a.Body, a.ReadErr, time.Since(start))
 }
 
 // newRequest builds a call with the account's credentials.
@@ -255,41 +237,6 @@ func (s *Sender) newRequest(ctx context.Context, method, target string, body io.
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 	return req, nil
-}
-
-// transportOutcome classifies a failure without an answer. written says whether the whole
-// request reached the connection; ctx is the attempt's own context.
-func (s *Sender) transportOutcome(ctx context.Context, err error, written bool, latency time.Duration) domain.Outcome {
-	cause := transportCause(err)
-	if written {
-		// A timeout waiting for the answer, a reset or EOF after the write: Twilio may have
-		// created the message, and only a lookup can tell.
-		o := s.outcome(domain.OutcomeUnknown, 0, latency,
-			fmt.Sprintf("create message at %s: request written, then %v; Twilio may have created the message", s.host, cause))
-		o.ProviderFault = true
-		return o
-	}
-	// Dial refused or timed out, DNS or TLS failure, a reset before the request was fully
-	// written: Twilio cannot have acted on a request it did not fully receive, so the attempt
-	// may go to the next provider at once. DNS failures are transient too: the host is the
-	// operator's setting, and a resolver that cannot find api.twilio.com is far likelier
-	// broken for a while than right.
-	o := s.outcome(domain.OutcomeTransient, 0, latency, fmt.Sprintf("create message at %s: %v", s.host, cause))
-	o.NotSent = true
-	// The attempt's own end (a shutdown, its deadline) before the request left is not the
-	// provider's doing; a dial that fails or times out on our timeout is.
-	o.ProviderFault = ctx.Err() == nil
-	return o
-}
-
-// transportCause is the error net/http returned without the *url.Error around it, which
-// repeats the whole URL.
-func transportCause(err error) error {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		return urlErr.Err
-	}
-	return err
 }
 
 // responseOutcome classifies an answer to a create.
@@ -311,13 +258,13 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	switch {
 	case parseErr == nil && (e.Code != "" || e.Message != ""):
 		if e.Code != "" {
-			text += ", error " + s.peerText(string(e.Code))
+			text += ", error " + s.history.PeerText(string(e.Code))
 		}
 		if e.Message != "" {
-			text += ": " + s.peerText(e.Message)
+			text += ": " + s.history.PeerText(e.Message)
 		}
 	case len(answer) > 0:
-		text += " " + http.StatusText(status) + ": " + s.peerText(string(answer))
+		text += " " + http.StatusText(status) + ": " + s.history.PeerText(string(answer))
 	default:
 		text += " " + http.StatusText(status)
 	}
@@ -328,13 +275,13 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	case class.kind == domain.OutcomeUnknown:
 		text += "; Twilio may have created the message"
 	}
-	o := s.outcome(class.kind, status, latency, text)
+	o := s.history.Outcome(class.kind, status, latency, text)
 	o.ProviderFault = class.providerFault
 	if parseErr == nil && e.Code != "" {
-		o.ProviderCode = s.peerText(string(e.Code))
+		o.ProviderCode = s.history.PeerText(string(e.Code))
 	}
 	if class.kind == domain.OutcomeTransient {
-		o.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		o.RetryAfter = provider.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), MaxRetryAfter)
 	}
 	return o
 }
@@ -345,22 +292,17 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 // transient: retrying could send the message twice. Err says what was missing.
 func (s *Sender) acceptedOutcome(status int, answer []byte, readErr error, latency time.Duration) domain.Outcome {
 	var m apiMessage
-	var why string
-	switch err := json.Unmarshal(answer, &m); {
-	case readErr != nil:
-		why = fmt.Sprintf("reading the answer failed: %v", readErr)
-	case err != nil:
-		why = "the answer is not Twilio's JSON"
+	why := provider.Unproven(readErr, json.Unmarshal(answer, &m), "Twilio's JSON")
+	switch {
+	case why != "":
 	case m.SID == "":
 		why = "the answer has no sid"
 	case !messageSID.MatchString(m.SID):
 		why = "the answer's sid is not a message id"
 	}
 	if why != "" {
-		o := s.outcome(domain.OutcomeUnknown, status, latency,
-			fmt.Sprintf("Twilio answered HTTP %d but %s; the message may have been created", status, why))
-		o.ProviderFault = true
-		return o
+		return provider.UnprovenVerdict.Mark(s.history.Outcome(domain.OutcomeUnknown, status, latency,
+			fmt.Sprintf("Twilio answered HTTP %d but %s; the message may have been created", status, why)))
 	}
 	kind := domain.OutcomeAccepted
 	if st, known := statuses[m.Status]; s.acceptDelivers && (!known || st == commands.ReceiptPending || st == commands.ReceiptDelivered) {
@@ -368,60 +310,11 @@ func (s *Sender) acceptedOutcome(status int, answer []byte, readErr error, laten
 		// receipt and the lookup even then.
 		kind = domain.OutcomeDelivered
 	}
-	o := s.outcome(kind, status, latency, "")
+	o := s.history.Outcome(kind, status, latency, "")
 	o.ProviderOperationID = m.SID
-	o.ProviderCode = s.peerText(m.Status)
+	o.ProviderCode = s.history.PeerText(m.Status)
 	return o
 }
 
-// retryAfter reads a Retry-After in seconds, capped at MaxRetryAfter; zero when it is absent or
-// not a number of seconds, so a bad value never delays a retry beyond the ledger's schedule.
-func retryAfter(header string) time.Duration {
-	secs, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
-	if err != nil {
-		return 0
-	}
-	if secs >= uint64(MaxRetryAfter/time.Second) {
-		return MaxRetryAfter
-	}
-	return time.Duration(secs) * time.Second
-}
-
-// readBounded reads at most limit bytes of an answer. An answer longer than that is reported as
-// an error, so that a 2xx cut short is never read as proof of anything.
-func readBounded(body io.Reader, limit int) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
-	if err != nil {
-		return b, err
-	}
-	if len(b) > limit {
-		return b[:limit], fmt.Errorf("the answer is longer than %d KiB", limit>>10)
-	}
-	return b, nil
-}
-
-// outcome fills the fields every outcome of this adapter has, and removes the auth token from
-// the recorded text whatever produced it.
-func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
-	return domain.Outcome{
-		Kind:       kind,
-		Class:      domain.ClassOf(kind),
-		Provider:   s.provider,
-		StatusCode: code,
-		Latency:    latency,
-		Err:        peer.Printable(s.redact(errText)),
-	}
-}
-
-// redact removes every spelling of the auth token from text. The messages above are built not
-// to contain it; this is the net under them, for texts that come from elsewhere (an error of
-// net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[auth token]") }
-
-// peerText prepares a text the peer wrote for the history: without the auth token (before it is
-// cut, so that no half of it survives the cut), on one printable line, at most maxDescription
-// bytes.
-func (s *Sender) peerText(text string) string { return clip(peer.Printable(s.redact(text))) }
-
 // clip bounds a text to maxDescription bytes, cut on a character boundary.
-func clip(text string) string { return peer.Clip(text, maxDescription) }
+func clip(text string) string { return provider.Clip(text, maxDescription) }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -12,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
 )
 
@@ -87,8 +85,6 @@ type Config struct {
 }
 
 var (
-	// providerName is what Provider may be: it is a metric label and is shown in the history.
-	providerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	// senderNumber and senderName are the two forms of a sender Vonage takes.
 	senderNumber = regexp.MustCompile(`^\+?[1-9][0-9]{3,14}$`)
 	senderName   = regexp.MustCompile(`^[A-Za-z0-9 ]{1,11}$`)
@@ -101,18 +97,7 @@ var (
 // callback URL (it holds the token) or the base URL (an operator may have pasted a secret into
 // it): configuration errors end up in logs.
 func (c Config) Validate() error {
-	var problems []error
-	switch {
-	case c.Provider == "":
-		problems = append(problems, errors.New("provider is required (the provider's name in the history and metrics, e.g. vonage)"))
-	case !providerName.MatchString(c.Provider):
-		problems = append(problems, fmt.Errorf("provider %q: want lowercase letters, digits, - or _, starting with a letter, at most 32 characters", c.Provider))
-	}
-	if c.BaseURL != "" {
-		if err := checkBaseURL(c.BaseURL); err != nil {
-			problems = append(problems, provider.Errorf("base_url", "base_url: %w", err))
-		}
-	}
+	problems := provider.CheckAPI(c.Provider, "vonage", c.BaseURL, checkBaseURL)
 	switch {
 	case c.APIKey == "":
 		problems = append(problems, provider.Errorf("api_key", "api_key is required (the account's API key, from the Vonage dashboard)"))
@@ -132,7 +117,7 @@ func (c Config) Validate() error {
 	case c.From == "":
 		problems = append(problems, provider.Errorf("from", "from is required (a Vonage number in E.164, or an alphanumeric sender id)"))
 	case !validSender(c.From):
-		problems = append(problems, provider.Errorf("from", "from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", peer.Printable(clip(c.From))))
+		problems = append(problems, provider.Errorf("from", "from %q: want a number in E.164 (4 to 15 digits, + optional) or an alphanumeric sender id of at most 11 letters, digits or spaces", provider.Printable(clip(c.From))))
 	}
 	if c.Callback != "" || c.CallbackToken != "" {
 		problems = append(problems, c.checkCallback()...)
@@ -144,7 +129,7 @@ func (c Config) Validate() error {
 	case "", DeliveredOnReceipt, DeliveredOnAccept:
 	default:
 		problems = append(problems, provider.Errorf("delivered_on", "delivered_on %q: want %s (wait for the delivery receipt) or %s (count Vonage's acceptance as delivered)",
-			peer.Printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
+			provider.Printable(clip(c.DeliveredOn)), DeliveredOnReceipt, DeliveredOnAccept))
 	}
 	return errors.Join(problems...)
 }
@@ -232,24 +217,7 @@ func loopbackHost(host string) bool {
 
 // checkBaseURL checks a base URL without repeating it (see Validate).
 func checkBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return errors.New("must name a host")
-	case u.User != nil:
-		return errors.New("must not carry a user name or password")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return errors.New("must not have a query or fragment: the method path /sms/json is appended to it")
-	}
-	if _, port, err := net.SplitHostPort(u.Host); err == nil && port == "" {
-		return errors.New("has an empty port")
-	}
-	return nil
+	return provider.CheckBaseURL(raw, "api_key and api_secret_env")
 }
 
 // withDefaults returns c with its zero fields replaced by the defaults.

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 )
 
@@ -204,7 +204,7 @@ func receiptParams(query url.Values, header http.Header, body []byte) (map[strin
 		}
 		return single(form)
 	default:
-		return nil, fmt.Errorf("a body of type %q is neither a form nor JSON", peer.Printable(clip(mediaType)))
+		return nil, fmt.Errorf("a body of type %q is neither a form nor JSON", provider.Printable(clip(mediaType)))
 	}
 }
 
@@ -213,7 +213,7 @@ func single(values url.Values) (map[string]string, error) {
 	params := make(map[string]string, len(values))
 	for k, v := range values {
 		if len(v) > 1 {
-			return nil, fmt.Errorf("parameter %q is given %d times", peer.Printable(clip(k)), len(v))
+			return nil, fmt.Errorf("parameter %q is given %d times", provider.Printable(clip(k)), len(v))
 		}
 		params[k] = v[0]
 	}

@@ -6,7 +6,7 @@
 // receipt (ParseReceipt) decides later, unless the provider is configured to count acceptance
 // as delivery (Config.DeliveredOn). The line between "Vonage cannot have sent the message"
 // (transient) and "it may have" (unknown) is drawn at the moment the request was fully written,
-// observed through net/http/httptrace, as in adapters/providers/telegram. The API secret travels in the
+// observed by the provider kit (provider.Exchange), as for every HTTP provider. The API secret travels in the
 // request body and the callback token in the callback URL; the adapter keeps both out of
 // everything it records, returns or prints.
 //
@@ -20,18 +20,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/tracing"
@@ -80,9 +76,9 @@ type Sender struct {
 	callback    string
 	token       string
 	deliveredOn string
-	// secrets are the spellings of the API secret, the callback token and the callback URL that
-	// redact removes from every recorded text, longest first.
-	secrets []string
+	// history writes the outcomes and peer texts without the spellings of the API secret, the
+	// callback token and the callback URL (longest first).
+	history provider.History
 }
 
 // New builds a Sender from cfg, with the defaults for its zero fields. Its error never contains
@@ -96,16 +92,10 @@ func New(cfg Config) (*Sender, error) {
 	if err != nil { // Validate parsed it already
 		return nil, errors.New("vonage config: base_url: not a URL")
 	}
-	transport := peer.Transport(maxIdleConnsPerHost)
+	transport := provider.Transport(maxIdleConnsPerHost)
 	s := &Sender{
-		provider: cfg.Provider,
-		client: &http.Client{
-			Transport: tracing.Transport(transport, tracing.WithoutQuery), // client spans, when traced
-			// A redirect is not followed: it would re-send the message, and the secret, to a
-			// place nobody configured. The SMS API never redirects, so a 3xx means base_url is
-			// wrong.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		provider:    cfg.Provider,
+		client:      provider.Client(transport, tracing.WithoutQuery), // no redirects; a 3xx is read as a wrong base URL
 		transport:   transport,
 		timeout:     cfg.Timeout,
 		endpoint:    strings.TrimSuffix(cfg.BaseURL, "/") + "/sms/json",
@@ -116,7 +106,7 @@ func New(cfg Config) (*Sender, error) {
 		callback:    cfg.Callback,
 		token:       cfg.CallbackToken,
 		deliveredOn: cfg.DeliveredOn,
-		secrets:     secretSpellings(cfg.APISecret, cfg.CallbackToken, cfg.Callback),
+		history:     provider.History{Provider: cfg.Provider, Secrets: secretSpellings(cfg.APISecret, cfg.CallbackToken, cfg.Callback), Mark: "[redacted]", MaxPeerText: maxPeerText},
 	}
 	return s, nil
 }
@@ -195,11 +185,11 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	to, err := recipientNumber(msg.Recipient)
 	if err != nil {
 		// The recipient was checked at acceptance; a snapshot cannot get better on retry.
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "recipient: "+err.Error())
 	}
 	text, invalid := readText(msg.Payload)
 	if invalid != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), invalid.Error())
 	}
 	form := url.Values{
 		"api_key":    {s.apiKey},
@@ -220,61 +210,24 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 		form.Set("status-report-req", "1")
 	}
 
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on Vonage may have sent the SMS, and a failure is unknown, not
-	// transient. net/http waits for its write loop before returning an error, so the flag is
-	// settled when Do returns.
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
-		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), "build the SMS API request: unusable base_url")
+		return s.history.Outcome(domain.OutcomePermanent, 0, time.Since(start), "build the SMS API request: unusable base_url")
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return s.transportOutcome(err, written.Load(), parent.Err() != nil, time.Since(start))
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		// After the whole request was written Vonage may have accepted the message and sent
+		// it, and only a receipt or an operator can tell; before, the next provider may take
+		// the message at once.
+		return s.history.Unanswered(a, time.Since(start), "SMS API at "+s.host, "Vonage may have sent the message")
 	}
-	answer, readErr := readBounded(resp.Body)
-	_ = resp.Body.Close() // nothing to learn from a close error once the answer is read
-	return s.responseOutcome(resp, answer, readErr, time.Since(start))
-}
-
-// transportOutcome classifies a failure without an answer. written says whether the whole
-// request reached the connection; callerGone whether the attempt's own context ended (the
-// worker's deadline or shutdown), which is not the provider's doing.
-func (s *Sender) transportOutcome(err error, written, callerGone bool, latency time.Duration) domain.Outcome {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		err = urlErr.Err // *url.Error repeats the URL; name the host instead
-	}
-	if written {
-		// Timeout waiting for the answer, reset or EOF after the write: Vonage may have
-		// accepted the message and sent it, and only a receipt or an operator can tell.
-		o := s.outcome(domain.OutcomeUnknown, 0, latency,
-			fmt.Sprintf("SMS API at %s: request written, then %v; Vonage may have sent the message", s.host, err))
-		o.ProviderFault = !callerGone
-		return o
-	}
-	// Dial refused or timed out, DNS or TLS failure, reset before the request was fully
-	// written: Vonage cannot have acted on a request it did not fully receive, and the next
-	// provider may take the message at once.
-	o := s.outcome(domain.OutcomeTransient, 0, latency, fmt.Sprintf("SMS API at %s: %v", s.host, err))
-	o.NotSent = true
-	o.ProviderFault = !callerGone
-	return o
+	return s.responseOutcome(a.Response, a.Body, a.ReadErr, time.Since(start))
 }
 
 // responseOutcome classifies an answer. The SMS API answers HTTP 200 to every request it
@@ -306,12 +259,12 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	}
 	text := fmt.Sprintf("SMS API answered HTTP %d %s", code, http.StatusText(code))
 	if len(answer) > 0 {
-		text += ": " + s.peerText(string(answer))
+		text += ": " + s.history.PeerText(string(answer))
 	}
-	o := s.outcome(kind, code, latency, text+also)
+	o := s.history.Outcome(kind, code, latency, text+also)
 	o.ProviderFault = true
 	if kind == domain.OutcomeTransient {
-		o.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		o.RetryAfter = provider.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), MaxRetryAfter)
 	}
 	return o
 }
@@ -322,15 +275,12 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 // answer is unknown too: Vonage took the request, and may have sent the message.
 func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency time.Duration) domain.Outcome {
 	var api smsAnswer
-	var why string
-	switch err := json.Unmarshal(answer, &api); {
-	case readErr != nil:
-		why = fmt.Sprintf("reading the answer failed: %v", readErr)
-	case err != nil:
-		why = "the answer is not the SMS API's JSON"
-		if len(answer) > 0 {
-			why += " (" + s.peerText(string(answer)) + ")"
-		}
+	parseErr := json.Unmarshal(answer, &api)
+	why := provider.Unproven(readErr, parseErr, "the SMS API's JSON")
+	switch {
+	case why != "" && readErr == nil && len(answer) > 0:
+		why += " (" + s.history.PeerText(string(answer)) + ")"
+	case why != "":
 	case len(api.Messages) == 0:
 		why = "the answer lists no messages"
 	}
@@ -352,10 +302,8 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		}
 	}
 	if why != "" {
-		o := s.outcome(domain.OutcomeUnknown, code, latency,
-			fmt.Sprintf("SMS API answered HTTP %d but %s; the message may have been sent", code, why))
-		o.ProviderFault = true
-		return o
+		return provider.UnprovenVerdict.Mark(s.history.Outcome(domain.OutcomeUnknown, code, latency,
+			fmt.Sprintf("SMS API answered HTTP %d but %s; the message may have been sent", code, why)))
 	}
 
 	if refused < 0 {
@@ -363,7 +311,7 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		if s.deliveredOn == DeliveredOnAccept {
 			kind = domain.OutcomeDelivered
 		}
-		o := s.outcome(kind, code, latency, "")
+		o := s.history.Outcome(kind, code, latency, "")
 		// A long text is sent in parts, each with its own message-id and its own receipt; the
 		// first names the message. Receipts name the delivery by client-ref in any case.
 		o.ProviderOperationID = accepted[0]
@@ -373,9 +321,9 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 	m := api.Messages[refused]
 	status := string(*m.Status)
 	st := statusOf(status)
-	text := fmt.Sprintf("Vonage refused the message: status %s %s", peer.Printable(clip(status)), st.meaning)
+	text := fmt.Sprintf("Vonage refused the message: status %s %s", provider.Printable(clip(status)), st.meaning)
 	if m.ErrorText != "" {
-		text += ": " + s.peerText(string(m.ErrorText))
+		text += ": " + s.history.PeerText(string(m.ErrorText))
 	}
 	kind := st.kind
 	if len(accepted) > 0 {
@@ -383,10 +331,10 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 		// with part of the text. An operator decides.
 		kind = domain.OutcomeUnknown
 		text = fmt.Sprintf("Vonage accepted %d of the %d parts of the message and refused part %d (status %s %s); the recipient may have part of it",
-			len(accepted), len(api.Messages), refused+1, peer.Printable(clip(status)), st.meaning)
+			len(accepted), len(api.Messages), refused+1, provider.Printable(clip(status)), st.meaning)
 	}
-	o := s.outcome(kind, code, latency, text)
-	o.ProviderCode = peer.Printable(clip(status))
+	o := s.history.Outcome(kind, code, latency, text)
+	o.ProviderCode = provider.Printable(clip(status))
 	o.ProviderFault = st.providerFault
 	if len(accepted) > 0 {
 		o.ProviderOperationID = accepted[0]
@@ -397,32 +345,6 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 // operationID is what a message-id may be: Vonage's are 16 to 18 hexadecimal characters. It
 // is stored and matched against receipts, so it is held to a plain form.
 var operationID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-
-// retryAfter is a 429's requested wait in seconds, capped at MaxRetryAfter; zero when it is not
-// usable, so a bad value never delays a retry beyond the ledger's own schedule.
-func retryAfter(header string) time.Duration {
-	secs, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
-	switch {
-	case err != nil || secs == 0:
-		return 0
-	case secs >= uint64(MaxRetryAfter/time.Second):
-		return MaxRetryAfter
-	}
-	return time.Duration(secs) * time.Second
-}
-
-// readBounded reads at most maxResponseRead bytes of an answer. An answer longer than that is
-// reported as an error, so that a 2xx cut short is never read as proof of anything.
-func readBounded(body io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(body, maxResponseRead+1))
-	if err != nil {
-		return b, err
-	}
-	if len(b) > maxResponseRead {
-		return b[:maxResponseRead], fmt.Errorf("the answer is longer than %d KiB", maxResponseRead>>10)
-	}
-	return b, nil
-}
 
 // e164 is a recipient as the SMS channel writes it: + and 7 to 15 digits, not starting with 0.
 var e164 = regexp.MustCompile(`^[1-9][0-9]{6,14}$`)
@@ -480,27 +402,5 @@ func isGSM7(text string) bool {
 	return true
 }
 
-// outcome fills the fields every outcome of this adapter has, and removes the secrets from the
-// recorded text whatever produced it.
-func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duration, errText string) domain.Outcome {
-	return domain.Outcome{
-		Kind:       kind,
-		Class:      domain.ClassOf(kind),
-		Provider:   s.provider,
-		StatusCode: code,
-		Latency:    latency,
-		Err:        peer.Printable(s.redact(errText)),
-	}
-}
-
-// redact removes every spelling of the secrets from text. The messages above are built not to
-// contain them; this is the net under them, for texts that come from elsewhere (an error of
-// net/http, a proxy's error page that echoes the request).
-func (s *Sender) redact(text string) string { return peer.Redact(text, s.secrets, "[redacted]") }
-
-// peerText prepares a text the peer wrote for the history: without the secrets (before it is
-// cut, so that no half of one survives the cut), at most maxPeerText bytes.
-func (s *Sender) peerText(text string) string { return clip(s.redact(text)) }
-
 // clip bounds a text to maxPeerText bytes, cut on a character boundary.
-func clip(text string) string { return peer.Clip(text, maxPeerText) }
+func clip(text string) string { return provider.Clip(text, maxPeerText) }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/providers/peer"
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/vonage/vonagefake"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
@@ -175,7 +175,7 @@ func send(t *testing.T, s *Sender, msg commands.WorkMessage) domain.Outcome {
 	if secret := holdsSecret(fmt.Sprintf("%+v %#v", out, out)); secret != "" {
 		t.Errorf("the outcome holds a secret (%q): %+v", secret, out)
 	}
-	if peer.Printable(out.Err) != out.Err {
+	if provider.Printable(out.Err) != out.Err {
 		t.Errorf("Err = %q, want printable text on one line", out.Err)
 	}
 	if out.NotSent && out.Kind != domain.OutcomeTransient {

@@ -13,20 +13,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode"
 
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/tracing"
 )
 
 var _ commands.Sender = (*Sender)(nil)
@@ -105,13 +102,7 @@ func New(cfg Config) (*Sender, error) {
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	return &Sender{
-		client: &http.Client{
-			Transport: tracing.Transport(transport, nil), // client spans, when traced
-			// A redirect is not followed: the destination was fixed at acceptance, following
-			// one would re-send the payload somewhere nobody chose, and a redirect to an
-			// internal name is a classic SSRF trick. The 3xx is returned and is permanent.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client:    provider.Client(transport, nil), // no redirects (an SSRF detour); a 3xx is permanent
 		transport: transport,
 		timeout:   cfg.Timeout,
 		userAgent: cfg.UserAgent,
@@ -123,6 +114,10 @@ func New(cfg Config) (*Sender, error) {
 
 // Provider names the provider in the history and in metrics.
 func (s *Sender) Provider() string { return s.provider }
+
+// String names the sender without its tenants' signing secrets, so that printing a Sender
+// (whose fields hold them) never writes one.
+func (s *Sender) String() string { return "webhook.Sender{provider: " + s.provider + "}" }
 
 // Deduplicates is false: the webhook-id header lets a receiver drop duplicates, but we cannot
 // know that it does, so an attempt with an unknown outcome must not be repeated blindly.
@@ -150,21 +145,9 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 			fmt.Sprintf("delivery id %q cannot be sent as a header", msg.DeliveryID))
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// written turns true once the whole request (headers and body) was handed to the
-	// connection: from then on the receiver may have acted, and a failure is unknown, not
-	// transient. net/http waits for its write loop before returning an error, so the flag is
-	// settled when Do returns.
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(msg.Payload))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, target.String(), bytes.NewReader(msg.Payload))
 	if err != nil {
 		return s.outcome(domain.OutcomePermanent, 0, time.Since(start), fmt.Sprintf("build request: %v", err))
 	}
@@ -179,14 +162,28 @@ func (s *Sender) Send(ctx context.Context, msg commands.WorkMessage) domain.Outc
 	}
 	req.Header.Set(headerAttempt, strconv.Itoa(msg.Attempt))
 
-	resp, err := s.client.Do(req)
-	if err != nil {
-		kind := classifyTransportError(err, written.Load())
-		return s.outcome(kind, 0, time.Since(start), describeTransportError(target.Host, err, kind))
+	// The body is read (rather than the connection closed early) so that the connection goes
+	// back to the pool; the bound keeps a hostile or chatty receiver from holding a worker or
+	// its memory. Read errors are ignored: the status code decides.
+	a := provider.Exchange(ctx, s.client, req, maxResponseRead)
+	if a.Response == nil {
+		v := classifyTransportError(a)
+		return v.Mark(s.outcome(v.Kind, 0, time.Since(start), describeTransportError(target.Host, a.Err, v.Kind)))
 	}
-	snippet := drain(resp.Body)
-	_ = resp.Body.Close() // nothing to learn from a close error once the status is known
-	return s.responseOutcome(target.Host, resp, snippet, time.Since(start))
+	return s.responseOutcome(target, a.Response, a.Body, time.Since(start))
+}
+
+// urlSecrets are the spellings of what a webhook URL may hide (its path and its query, which
+// often carry the receiver's token), for the texts of a receiver's answer that may echo the
+// request: an error page's "Cannot POST /hooks/...", a redirect's Location.
+func urlSecrets(u *url.URL) []string {
+	var spellings []string
+	for _, s := range []string{u.RawQuery, u.EscapedPath(), u.Path} {
+		if len(s) > 1 { // "/" hides nothing, and would blank every slash
+			spellings = append(spellings, s)
+		}
+	}
+	return spellings
 }
 
 // destination parses and checks the recipient URL, so that an unusable one fails without any
@@ -206,7 +203,8 @@ func destination(recipient string) (*url.URL, error) {
 }
 
 // responseOutcome classifies a response the receiver sent.
-func (s *Sender) responseOutcome(host string, resp *http.Response, snippet string, latency time.Duration) domain.Outcome {
+func (s *Sender) responseOutcome(target *url.URL, resp *http.Response, body []byte, latency time.Duration) domain.Outcome {
+	host, hidden := target.Host, urlSecrets(target)
 	code := resp.StatusCode
 	kind := classifyStatus(code)
 	if kind == domain.OutcomeDelivered {
@@ -217,13 +215,13 @@ func (s *Sender) responseOutcome(host string, resp *http.Response, snippet strin
 	msg := fmt.Sprintf("POST to %s: HTTP %d %s", host, code, http.StatusText(code))
 	if code >= 300 && code < 400 {
 		msg += " (redirects are not followed"
-		if loc := headerEcho(resp.Header.Get("Location")); loc != "" {
+		if loc := headerEcho(provider.Redact(resp.Header.Get("Location"), hidden, "[url]")); loc != "" {
 			msg += "; Location: " + loc
 		}
 		msg += ")"
 	}
-	if snippet != "" {
-		msg += ": " + snippet
+	if text := snippet(provider.Redact(string(body), hidden, "[url]")); text != "" {
+		msg += ": " + text
 	}
 	o := s.outcome(kind, code, latency, msg)
 	if kind == domain.OutcomeTransient {
@@ -246,40 +244,31 @@ func classifyStatus(code int) domain.OutcomeKind {
 	}
 }
 
-// classifyTransportError maps a failure without a response. written says whether the whole
-// request reached the connection.
-func classifyTransportError(err error, written bool) domain.OutcomeKind {
+// classifyTransportError maps a failure without a response by the kit's line
+// (provider.Unanswered: unknown once the whole request was written, transient and NotSent
+// before), except for what only a webhook knows: the SSRF guard's refusal and a name that does
+// not exist are a wrong destination, permanent. The destination is the recipient's, not the
+// provider's: no failure of it counts against the webhook provider's breaker, which every
+// tenant's endpoints share (one dead endpoint must not stop the others' deliveries).
+func classifyTransportError(a provider.Answer) provider.Verdict {
+	v := provider.Unanswered(a.Written, a.CallerGone)
+	v.ProviderFault = false
 	var refused *addressNotAllowedError
-	if errors.As(err, &refused) {
-		return domain.OutcomePermanent
+	if errors.As(a.Err, &refused) {
+		return provider.Verdict{Kind: domain.OutcomePermanent}
 	}
 	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		// A name that does not exist is a wrong destination; any other resolver trouble
-		// (timeout, SERVFAIL, no resolver reachable) may clear up.
-		if dnsErr.IsNotFound && !dnsErr.IsTemporary && !dnsErr.IsTimeout {
-			return domain.OutcomePermanent
-		}
-		return domain.OutcomeTransient
+	if errors.As(a.Err, &dnsErr) && dnsErr.IsNotFound && !dnsErr.IsTemporary && !dnsErr.IsTimeout {
+		// Any other resolver trouble (timeout, SERVFAIL, no resolver reachable) may clear up.
+		return provider.Verdict{Kind: domain.OutcomePermanent}
 	}
-	if written {
-		// Timeout waiting for the response, reset or EOF after the write: the receiver may
-		// have processed the request, and only reconciliation can tell.
-		return domain.OutcomeUnknown
-	}
-	// Dial refused or timed out, TLS handshake failure, reset before the request was fully
-	// written: the receiver cannot have acted on a request it did not fully receive.
-	return domain.OutcomeTransient
+	return v
 }
 
-// describeTransportError writes the history's error text. It names the host, not the URL: a
-// webhook URL often carries a secret token in its path or query, and the history is kept
-// forever.
+// describeTransportError writes the history's error text. It names the host, not the URL (the
+// kit took the *url.Error off, whose text repeats the whole URL): a webhook URL often carries a
+// secret token in its path or query, and the history is kept forever.
 func describeTransportError(host string, err error, kind domain.OutcomeKind) string {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		err = urlErr.Err // its text repeats the whole URL
-	}
 	if kind == domain.OutcomeUnknown {
 		return fmt.Sprintf("POST to %s: request written, then %v; the receiver may have acted", host, err)
 	}
@@ -299,13 +288,9 @@ func (s *Sender) outcome(kind domain.OutcomeKind, code int, latency time.Duratio
 	return o
 }
 
-// drain reads at most maxResponseRead bytes of body and returns the printable start of it.
-// Read errors are ignored: the status code already decided the outcome.
-func drain(body io.Reader) string {
-	buf := make([]byte, maxSnippet)
-	n, _ := io.ReadFull(body, buf)
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxResponseRead-int64(n)))
-	return printable(string(buf[:n]))
+// snippet is the printable start of a response's body, for the history.
+func snippet(body string) string {
+	return printable(body[:min(len(body), maxSnippet)])
 }
 
 // headerEcho makes a receiver-controlled header value safe to record: bounded and printable.

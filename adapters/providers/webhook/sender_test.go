@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -569,7 +570,7 @@ func TestClassifyTransportError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := classifyTransportError(tt.err, tt.written); got != tt.want {
+			if got := classifyTransportError(provider.Answer{Err: tt.err, Written: tt.written}).Kind; got != tt.want {
 				t.Errorf("classifyTransportError(%v, written=%t) = %s, want %s", tt.err, tt.written, got, tt.want)
 			}
 		})

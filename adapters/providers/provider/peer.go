@@ -1,16 +1,19 @@
-// Package peer holds what the provider adapters of fixed, operator-configured HTTP APIs
-// (Telegram, Twilio, Vonage) share: making text a peer wrote safe for the history and the logs
-// (one printable line, bounded, without the credentials), and the connection pool of one such
-// destination.
-package peer
+package provider
+
+// What the provider adapters of fixed, operator-configured HTTP APIs (Telegram, Twilio, Vonage)
+// share about their peer: making text it wrote safe for the history and the logs (one printable
+// line, bounded, without the credentials), and the connection pool of one such destination.
 
 import (
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/deliveryledger/ledger/tracing"
 )
 
 // Printable turns peer-controlled text into a single line of valid UTF-8 for the history and
@@ -73,5 +76,18 @@ func Transport(idle int) *http.Transport {
 		MaxIdleConnsPerHost:    idle,
 		IdleConnTimeout:        idleConnTimeout,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+	}
+}
+
+// Client is the HTTP client of a provider's calls over transport: traced when tracing is on,
+// each span's URL rendered by render (nil: as it is; a credential in a URL must not reach a
+// trace backend), and redirects never followed. A redirect would re-send the message, and the
+// credentials, to a place nobody configured (for a webhook: somewhere the caller did not
+// choose, a classic SSRF detour); the fixed APIs never redirect, so the 3xx is returned and the
+// adapter reads it as a wrong base URL, permanent.
+func Client(transport *http.Transport, render func(*url.URL) string) *http.Client {
+	return &http.Client{
+		Transport:     tracing.Transport(transport, render),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
