@@ -3,11 +3,14 @@ package app
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -132,4 +135,103 @@ func TestReplayJobThroughTheAPI(t *testing.T) {
 			t.Errorf("%v: %d %s, want 400 with %s", bad.body, resp.StatusCode, raw, bad.want)
 		}
 	}
+}
+
+// TestConcurrentSingleReplaysReplayEachDeathOnce: twenty replays without an Idempotency-Key sent
+// at once at a delivery that dies again at once, five times over: each death is replayed once,
+// the other nineteen are 409 (field state), however fast the replayed cycle dies again. A
+// request that lost the race used to decide again on the reloaded stream and, finding the
+// delivery dead once more, replay the next cycle too (1, 3, 4, 4, 4 replays per round).
+func TestConcurrentSingleReplaysReplayEachDeathOnce(t *testing.T) {
+	t.Parallel()
+	// The relay moves a replay on at once: the replayed cycle dies as fast as it can.
+	b := setupE2E(t, "", func(c *Config) { c.RelayGather = 0 })
+	b.sink.script(func(r *http.Request, _ int) (int, http.Header) {
+		if strings.HasSuffix(r.URL.Path, "/fine") {
+			return http.StatusOK, nil
+		}
+		return http.StatusGone, nil
+	})
+	const rounds, racers = 5, 20
+	// One warm connection per racer, to the API and from it to the database, so that the twenty
+	// requests load the delivery within a millisecond or two, well before the replayed cycle can
+	// die again (tens of ms): a request that loaded it after that would be asking of the next
+	// death, rightly. The warm-up races replays of a delivered delivery: each is a 409.
+	transport := &http.Transport{MaxIdleConnsPerHost: racers}
+	t.Cleanup(transport.CloseIdleConnections)
+	client := &http.Client{Transport: openapitest.Transport(t, transport), Timeout: 10 * time.Second}
+	race := func(id string) map[int]int {
+		start := make(chan struct{})
+		statuses := make(chan int, racers)
+		var wg sync.WaitGroup
+		for range racers {
+			wg.Go(func() {
+				req := mustRequest(t, http.MethodPost, b.base+"/v1/deliveries/"+id+"/replay", `{"reason":"race"}`)
+				<-start
+				if req == nil {
+					return
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				statuses <- resp.StatusCode
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(statuses)
+		count := map[int]int{}
+		for s := range statuses {
+			count[s]++
+		}
+		return count
+	}
+	fine := b.accept(t, "delivered", b.sink.URL+"/fine", domain.PriorityNormal)
+	b.waitState(t, fine, domain.StateDelivered, 20*time.Second)
+	for range 2 {
+		if count := race(fine); count[http.StatusConflict] != racers {
+			t.Fatalf("replays of a delivered delivery: %v, want %d 409s", count, racers)
+		}
+	}
+
+	id := b.accept(t, "dies-at-once", b.sink.URL+"/gone", domain.PriorityNormal)
+	for round := range rounds {
+		// The round's death: as many dead letters as replays so far, plus the first.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			h := b.history(t, id)
+			if len(eventsOfType(h, domain.EventDeadLettered)) == round+1 && h[len(h)-1].Type == string(domain.EventDeadLettered) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the delivery did not die again: %s", round, b.historyString(t, id))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		count := race(id)
+		replays := len(eventsOfType(b.history(t, id), domain.EventReplayed))
+		if count[http.StatusAccepted] != 1 || count[http.StatusConflict] != racers-1 || replays != round+1 {
+			t.Fatalf("round %d: answers %v, %d replays in the history; want one 202, %d 409s and %d replays\n%s",
+				round, count, replays, racers-1, round+1, b.historyString(t, id))
+		}
+	}
+}
+
+// mustRequest is a request to the API as tenant acme (usable in any goroutine: nil on failure,
+// reported with t.Error).
+func mustRequest(t *testing.T, method, url, body string) *http.Request {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	req.Header.Set("Authorization", "Bearer acme-key")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
 }
