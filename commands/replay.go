@@ -20,8 +20,8 @@ type Replay struct {
 	// AllowUnknown replays a delivery whose outcome is unknown too (its provider may have acted:
 	// the replay event says so); otherwise only a dead one is replayed.
 	AllowUnknown bool
-	// Of is the version at which the asker saw the delivery dead (a replay job's item, a DLQ
-	// page's row): a replay recorded after it refuses the ask with *domain.AlreadyReplayedError.
+	// Of is the version at which the asker saw the delivery dead (a replay job's item): a replay
+	// recorded after it refuses the ask with *domain.AlreadyReplayedError.
 	// 0 takes the version the first load finds, so that a request that loses a race to another
 	// replay is refused rather than replaying the cycle after it (the delivery may have died
 	// again in the meantime).

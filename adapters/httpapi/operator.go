@@ -194,7 +194,9 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 		switch {
 		case err == nil:
 			out.Replayed = append(out.Replayed, row.ID)
-		case errors.Is(err, domain.ErrNotDead):
+		case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrAlreadyReplayed):
+			// Replayed by another request meanwhile (the view lags the log), or by one that
+			// raced this one: either way not this request's to replay.
 			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, State: d.State(), Detail: "no longer dead"})
 		case errors.Is(err, commands.ErrNotFound):
 			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, Detail: "not found"})

@@ -104,6 +104,9 @@ func problemFor(err error) problem {
 	case errors.Is(err, domain.ErrAlreadyReplayed):
 		// One replay per dead cycle: another request replayed the death this one saw.
 		p.Status, p.Field = http.StatusConflict, "state"
+	case errors.As(err, new(*commands.ReplayJobFinishedError)):
+		// A finished job cannot be cancelled; the detail names how it finished.
+		p.Status, p.Field = http.StatusConflict, "state"
 	case errors.Is(err, errUnsupportedMediaType):
 		p.Status = http.StatusUnsupportedMediaType
 	case errors.Is(err, commands.ErrRequestMismatch):

@@ -168,6 +168,24 @@ func (s *server) replayJob(w http.ResponseWriter, r *http.Request, tenant string
 	return nil
 }
 
+// cancelReplayJob answers POST /v1/replays/{id}/cancel: 200 with the job, cancelled; its runner
+// stops at its next page. A repeat answers the same; a finished job is 409 naming its state.
+func (s *server) cancelReplayJob(w http.ResponseWriter, r *http.Request, tenant string) error {
+	id, ok := pathID(r.PathValue("id"))
+	if !ok {
+		return errReplayJobNotFound
+	}
+	job, err := s.deps.ReplayJobs.Cancel(r.Context(), tenant, id)
+	if errors.Is(err, commands.ErrNotFound) {
+		return errReplayJobNotFound
+	}
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, r, http.StatusOK, newReplayJobView(job))
+	return nil
+}
+
 // errReplayJobNotFound answers an unknown job id, or another tenant's.
 var errReplayJobNotFound = &requestError{kind: errRouteNotFound, detail: "no replay job with this id"}
 

@@ -157,6 +157,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	if deps.ReplayJobs != nil {
 		s.tenantRoute("POST /v1/replays", s.createReplayJob)
 		s.tenantRoute("GET /v1/replays/{id}", s.replayJob)
+		s.tenantRoute("POST /v1/replays/{id}/cancel", s.cancelReplayJob)
 		s.tenantRoute("GET /v1/replays", s.replayJobs, "limit")
 	}
 	if deps.Providers != nil {
