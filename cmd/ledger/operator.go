@@ -881,7 +881,46 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 			return writeJobs(o.stdout, p.Items)
 		},
 	})
-	return o.group("replays", "replay many dead deliveries as a background job, and follow the jobs, through the HTTP API", create, show, list)
+	var xs apiSettings
+	cancelFS := flag.NewFlagSet("ledger replays cancel", flag.ContinueOnError)
+	xs.flags(cancelFS)
+	cancel := o.command(&ffcli.Command{
+		Name:       "cancel",
+		ShortUsage: "ledger replays cancel [--json] ID",
+		ShortHelp:  "cancel a running replay job: it stops at its next page (POST /v1/replays/{id}/cancel)",
+		LongHelp: "The job becomes cancelled at once; its runner finishes the page in hand and replays nothing\n" +
+			"more, so the deliveries it had not reached stay dead. Cancelling a cancelled job shows it\n" +
+			"again; a done job is refused (409, exit status 1).",
+		FlagSet: cancelFS,
+		Exec: func(ctx context.Context, args []string) error {
+			const command = "ledger replays cancel"
+			ids, err := operands(command, cancelFS, args)
+			if err != nil {
+				return err
+			}
+			if len(ids) != 1 {
+				return usagef(command, "name one replay job ID, got %d operands", len(ids))
+			}
+			c, err := xs.client(command)
+			if err != nil {
+				return err
+			}
+			a, err := c.post(ctx, "/v1/replays/"+url.PathEscape(ids[0])+"/cancel", nil, nil)
+			if err != nil {
+				return err
+			}
+			if xs.json {
+				return o.writeDocument(a)
+			}
+			var j replayJobDoc
+			if err := a.decode(&j); err != nil {
+				return err
+			}
+			return writeJob(o.stdout, j)
+		},
+	})
+	return o.group("replays", "replay many dead deliveries as a background job, follow the jobs and cancel them, through the HTTP API",
+		create, show, list, cancel)
 }
 
 // createReplayJob posts the job and, when wait, follows it until it is done.
@@ -911,13 +950,13 @@ func (o *operatorCommands) createReplayJob(ctx context.Context, c *apiClient, bo
 	if a.Header.Get("Idempotent-Replayed") == "true" {
 		fmt.Fprintf(notes, "this key's job exists already: nothing new was started\n")
 	}
-	if wait && job.State != replayJobDone {
+	if wait && job.State == replayJobRunning {
 		prog := newProgress(o.stderr, "replay job")
 		prog.quiet = !isTerminal(o.stderr)
 		prog.say(replayBar(job), true)
 		t := time.NewTicker(poll)
 		defer t.Stop()
-		for job.State != replayJobDone {
+		for job.State == replayJobRunning {
 			select {
 			case <-ctx.Done():
 				prog.done()
@@ -932,7 +971,7 @@ func (o *operatorCommands) createReplayJob(ctx context.Context, c *apiClient, bo
 				prog.done()
 				return err
 			}
-			prog.say(replayBar(job), job.State == replayJobDone)
+			prog.say(replayBar(job), job.State != replayJobRunning)
 		}
 		prog.done()
 	}
