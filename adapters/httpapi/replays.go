@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -91,7 +92,7 @@ func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant 
 			return err
 		}
 	}
-	if req.Reason == "" && !req.DryRun {
+	if strings.TrimSpace(req.Reason) == "" && !req.DryRun {
 		return invalid("reason", "required: why these deliveries are replayed (recorded on each)")
 	}
 	for _, t := range []struct{ field, v string }{{"reason", req.Reason}, {"recipient", req.Recipient}, {"actor", req.Actor}} {
