@@ -901,7 +901,7 @@
       el('h2', { id: 'reconcile-h', text: 'Reconcile' }),
       el('p', {}, 'The outcome of attempt ' + d.attempts + ' is unknown: the call may or may not have reached the recipient. Record what the evidence shows.'),
       fs,
-      field('reconcile-evidence', 'Evidence', evidence, 'A provider receipt, a log line, a ticket (at most 2000 characters).'),
+      field('reconcile-evidence', 'Evidence', evidence, 'A provider receipt, a log line, a ticket (at most 2000 characters; recorded as one line, line breaks become spaces).'),
       actor.field,
       el('div', { class: 'actions-row' }, button), out);
     form.addEventListener('submit', async (ev) => {
@@ -913,7 +913,7 @@
       button.disabled = true;
       try {
         await api('POST', '/v1/deliveries/' + encodeURIComponent(d.id) + '/reconcile',
-          { body: withActor({ outcome: chosen.value, evidence: evidence.value.trim() }, actor.input), signal: page.signal });
+          { body: withActor({ outcome: chosen.value, evidence: oneLine(evidence.value) }, actor.input), signal: page.signal });
         form.remove();
         done('Outcome recorded: ' + chosen.value + '.');
       } catch (err) {
@@ -980,6 +980,12 @@
           : problemBox(err));
       }
     })();
+  }
+
+  // oneLine is pasted text as the API records operator text: one line, its line breaks and tabs
+  // made spaces (the API refuses control characters in what it records).
+  function oneLine(text) {
+    return text.replace(/[\r\n\t]+/g, ' ').trim();
   }
 
   function evidenceDetails(evidence) {
