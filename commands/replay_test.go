@@ -68,14 +68,8 @@ func TestReplayThatLostARaceDoesNotReplayTheNextDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replays := 0
-	for _, e := range events {
-		if e.Type == domain.EventReplayed {
-			replays++
-		}
-	}
-	if replays != 1 || events[len(events)-1].Type != domain.EventDeadLettered {
-		t.Fatalf("%d replays, last event %s; want the one replay that won, the delivery dead again", replays, events[len(events)-1].Type)
+	if n := replays(t, f.store, d.ID()); n != 1 || events[len(events)-1].Type != domain.EventDeadLettered {
+		t.Fatalf("%d replays, last event %s; want the one replay that won, the delivery dead again", n, events[len(events)-1].Type)
 	}
 	// The second death is a cycle of its own: a replay asked of it now is recorded.
 	after, err := f.replay.Handle(ctx, commands.Replay{Tenant: "acme", DeliveryID: d.ID(), Actor: "ops:bob"})

@@ -804,41 +804,10 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 		},
 	})
 
-	var ss apiSettings
-	showFS := flag.NewFlagSet("ledger replays show", flag.ContinueOnError)
-	ss.flags(showFS)
-	show := o.command(&ffcli.Command{
-		Name:       "show",
-		ShortUsage: "ledger replays show [--json] ID",
-		ShortHelp:  "show a replay job: its filters and how far it is (GET /v1/replays/{id})",
-		FlagSet:    showFS,
-		Exec: func(ctx context.Context, args []string) error {
-			const command = "ledger replays show"
-			ids, err := operands(command, showFS, args)
-			if err != nil {
-				return err
-			}
-			if len(ids) != 1 {
-				return usagef(command, "name one replay job ID, got %d operands", len(ids))
-			}
-			c, err := ss.client(command)
-			if err != nil {
-				return err
-			}
-			a, err := c.get(ctx, "/v1/replays/"+url.PathEscape(ids[0]), nil)
-			if err != nil {
-				return err
-			}
-			if ss.json {
-				return o.writeDocument(a)
-			}
-			var j replayJobDoc
-			if err := a.decode(&j); err != nil {
-				return err
-			}
-			return writeJob(o.stdout, j)
-		},
-	})
+	show := o.jobCommand("show", "show a replay job: its filters and how far it is (GET /v1/replays/{id})", "",
+		func(ctx context.Context, c *apiClient, id string) (answer, error) {
+			return c.get(ctx, "/v1/replays/"+url.PathEscape(id), nil)
+		})
 
 	var ls apiSettings
 	listFS := flag.NewFlagSet("ledger replays list", flag.ContinueOnError)
@@ -881,35 +850,48 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 			return writeJobs(o.stdout, p.Items)
 		},
 	})
-	var xs apiSettings
-	cancelFS := flag.NewFlagSet("ledger replays cancel", flag.ContinueOnError)
-	xs.flags(cancelFS)
-	cancel := o.command(&ffcli.Command{
-		Name:       "cancel",
-		ShortUsage: "ledger replays cancel [--json] ID",
-		ShortHelp:  "cancel a running replay job: it stops at its next page (POST /v1/replays/{id}/cancel)",
-		LongHelp: "The job becomes cancelled at once; its runner finishes the page in hand and replays nothing\n" +
-			"more, so the deliveries it had not reached stay dead. Cancelling a cancelled job shows it\n" +
+	cancel := o.jobCommand("cancel", "cancel a running replay job: it stops at its next page (POST /v1/replays/{id}/cancel)",
+		"The job becomes cancelled at once; its runner finishes the page in hand and replays nothing\n"+
+			"more, so the deliveries it had not reached stay dead. Cancelling a cancelled job shows it\n"+
 			"again; a done job is refused (409, exit status 1).",
-		FlagSet: cancelFS,
+		func(ctx context.Context, c *apiClient, id string) (answer, error) {
+			return c.post(ctx, "/v1/replays/"+url.PathEscape(id)+"/cancel", nil, nil)
+		})
+	return o.group("replays", "replay many dead deliveries as a background job, follow the jobs and cancel them, through the HTTP API",
+		create, show, list, cancel)
+}
+
+// jobCommand is `ledger replays NAME [--json] ID`: call the API about one job, then show the job
+// it answers with.
+func (o *operatorCommands) jobCommand(name, shortHelp, longHelp string,
+	call func(ctx context.Context, c *apiClient, id string) (answer, error)) *ffcli.Command {
+	command := "ledger replays " + name
+	var settings apiSettings
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	settings.flags(fs)
+	return o.command(&ffcli.Command{
+		Name:       name,
+		ShortUsage: command + " [--json] ID",
+		ShortHelp:  shortHelp,
+		LongHelp:   longHelp,
+		FlagSet:    fs,
 		Exec: func(ctx context.Context, args []string) error {
-			const command = "ledger replays cancel"
-			ids, err := operands(command, cancelFS, args)
+			ids, err := operands(command, fs, args)
 			if err != nil {
 				return err
 			}
 			if len(ids) != 1 {
 				return usagef(command, "name one replay job ID, got %d operands", len(ids))
 			}
-			c, err := xs.client(command)
+			c, err := settings.client(command)
 			if err != nil {
 				return err
 			}
-			a, err := c.post(ctx, "/v1/replays/"+url.PathEscape(ids[0])+"/cancel", nil, nil)
+			a, err := call(ctx, c, ids[0])
 			if err != nil {
 				return err
 			}
-			if xs.json {
+			if settings.json {
 				return o.writeDocument(a)
 			}
 			var j replayJobDoc
@@ -919,8 +901,6 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 			return writeJob(o.stdout, j)
 		},
 	})
-	return o.group("replays", "replay many dead deliveries as a background job, follow the jobs and cancel them, through the HTTP API",
-		create, show, list, cancel)
 }
 
 // createReplayJob posts the job and, when wait, follows it until it is done.

@@ -486,6 +486,23 @@ func (b *e2eBundle) waitListed(t *testing.T, path string, ids ...string) {
 	}
 }
 
+// threeDead accepts three deliveries to the receiver's path, which answers 410, and returns the
+// recipient and their ids once each is dead and listed in the DLQ view.
+func threeDead(t *testing.T, b *e2eBundle, rc *consoleReceiver, path, keyPrefix string) (string, []string) {
+	t.Helper()
+	rc.answer(path, http.StatusGone)
+	recipient := b.sink.URL + path
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, b.accept(t, fmt.Sprintf("%s-%d", keyPrefix, i), recipient, domain.PriorityNormal))
+	}
+	for _, id := range ids {
+		b.waitState(t, id, domain.StateDead, 20*time.Second)
+	}
+	b.waitListed(t, "/v1/dlq?"+url.Values{"recipient": {recipient}}.Encode(), ids...)
+	return recipient, ids
+}
+
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
@@ -728,16 +745,7 @@ func TestConsole(t *testing.T) {
 	t.Run("BulkReplayFromTheDLQ", func(t *testing.T) {
 		t.Parallel()
 		const path = "/bulk/gone"
-		rc.answer(path, http.StatusGone)
-		recipient := b.sink.URL + path
-		var ids []string
-		for i := range 3 {
-			ids = append(ids, b.accept(t, fmt.Sprintf("console-bulk-%d", i), recipient, domain.PriorityNormal))
-		}
-		for _, id := range ids {
-			b.waitState(t, id, domain.StateDead, 20*time.Second)
-		}
-		b.waitListed(t, "/v1/dlq?"+url.Values{"recipient": {recipient}}.Encode(), ids...)
+		recipient, ids := threeDead(t, b, rc, path, "console-bulk")
 
 		tab := newConsoleTab(t, browser, site, shots)
 		tab.signIn("acme-key", "")
@@ -793,17 +801,7 @@ func TestConsole(t *testing.T) {
 	// the action goes away, and the deliveries it had not reached stay dead.
 	t.Run("CancelAReplayJob", func(t *testing.T) {
 		t.Parallel()
-		const path = "/cancel/gone"
-		rc.answer(path, http.StatusGone)
-		recipient := b.sink.URL + path
-		var ids []string
-		for i := range 3 {
-			ids = append(ids, b.accept(t, fmt.Sprintf("console-cancel-%d", i), recipient, domain.PriorityNormal))
-		}
-		for _, id := range ids {
-			b.waitState(t, id, domain.StateDead, 20*time.Second)
-		}
-		b.waitListed(t, "/v1/dlq?"+url.Values{"recipient": {recipient}}.Encode(), ids...)
+		recipient, ids := threeDead(t, b, rc, "/cancel/gone", "console-cancel")
 		resp, raw := b.do(t, "POST", "/v1/replays", "console-cancel-job", map[string]any{"reason": "oops", "recipient": recipient})
 		var job replayJobAnswer
 		if err := json.Unmarshal(raw, &job); err != nil || resp.StatusCode != http.StatusAccepted || job.Matched != 3 {
