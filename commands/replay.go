@@ -20,6 +20,14 @@ type Replay struct {
 	// AllowUnknown replays a delivery whose outcome is unknown too (its provider may have acted:
 	// the replay event says so); otherwise only a dead one is replayed.
 	AllowUnknown bool
+	// Of is the version at which the asker saw the delivery dead (a replay job's item): a replay
+	// recorded after it refuses the ask with *domain.AlreadyReplayedError.
+	// 0 takes the version the first load finds, so that a request that loses a race to another
+	// replay is refused rather than replaying the cycle after it (the delivery may have died
+	// again in the meantime).
+	Of int
+	// Job names the replay job that asks ("" for an operator's own replay).
+	Job string
 	// RequestKey, when set, is the operator's Idempotency-Key: a repeat of the request (same key,
 	// same RequestHash) is answered with the first replay instead of replaying again, however
 	// many times it is sent and whatever happened to the delivery since. The same key with
@@ -53,13 +61,15 @@ func NewReplayHandler(store EventStore, topics Topics, clock Clock) *ReplayHandl
 
 // Handle replays the delivery and returns it as it is after the replay (for a repeated keyed
 // request: as the first replay left it). A delivery that is not dead is refused with
-// domain.ErrNotDead (and returned as it is), one of another tenant or none at all with
-// ErrNotFound.
+// domain.ErrNotDead, one replayed since the version asked of (cmd.Of, or the first load's) with
+// *domain.AlreadyReplayedError (both returned as they are), one of another tenant or none at all
+// with ErrNotFound.
 func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Delivery, error) {
 	if cmd.RequestKey != "" && h.Requests == nil {
 		return nil, errors.New("replay: a keyed replay needs a request store")
 	}
 	var repeat *replayAnswer
+	of := cmd.Of
 	d, err := decideFor(ctx, h.store, cmd.Tenant, cmd.DeliveryID, func(d *domain.Delivery) (decision, error) {
 		if cmd.RequestKey != "" {
 			// Looked up on every try: a concurrent repeat that won the key is found here.
@@ -69,8 +79,13 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 				return decision{}, err
 			}
 		}
+		if of == 0 {
+			// Pinned at the first load: a retry after a conflict asks of the same cycle.
+			of = d.Version()
+		}
 		now := h.clock.Now()
-		replayed, err := d.ReplayAs(domain.ReplayAsk{Reason: cmd.Reason, Actor: cmd.Actor, Unknown: cmd.AllowUnknown}, now)
+		replayed, err := d.ReplayAs(domain.ReplayAsk{Reason: cmd.Reason, Actor: cmd.Actor, Unknown: cmd.AllowUnknown,
+			Of: of, Job: cmd.Job}, now)
 		if err != nil {
 			return decision{}, err
 		}

@@ -22,13 +22,39 @@ type ReplayFilters struct {
 
 // Replay job states.
 const (
+	// ReplayJobRunning: created, and replayed a page at a time by whichever runner holds it.
 	ReplayJobRunning = "running"
-	ReplayJobDone    = "done"
+	// ReplayJobDone: every item was gone through (replayed or skipped). Final.
+	ReplayJobDone = "done"
+	// ReplayJobCancelled: an operator cancelled it; its runner stopped at its next page, the
+	// items not reached stay pending. Final.
+	ReplayJobCancelled = "cancelled"
 )
+
+// ReplayItem is one delivery a job selected, with the version at which the DLQ view showed it
+// dead (or unknown) then: the death the job replays (0 for items selected before it was kept).
+type ReplayItem struct {
+	DeliveryID string
+	Of         int
+}
+
+// ErrReplayJobCancelled: the job was cancelled; its runner stops.
+var ErrReplayJobCancelled = errors.New("replay job cancelled")
+
+// ReplayJobFinishedError refuses to cancel a job that has finished (State says how).
+type ReplayJobFinishedError struct {
+	ID    string
+	State string
+}
+
+func (e *ReplayJobFinishedError) Error() string {
+	return fmt.Sprintf("replay job %s is %s: only a running job can be cancelled", e.ID, e.State)
+}
 
 // ReplayJob is an operator's replay of every dead delivery (and, if asked, every unknown one)
 // that matched its filters when it was created. It runs in the background, in pages, and
-// resumes where it stopped after any crash; no delivery is replayed twice by it.
+// resumes where it stopped after any crash; no delivery is replayed twice by it, nor a death
+// another job or an operator replayed first (the item is skipped naming who did).
 type ReplayJob struct {
 	ID          string
 	Tenant      string
@@ -73,14 +99,19 @@ type ReplayJobStore interface {
 	// ClaimReplayJob leases the oldest running job no one holds (or whose lease ran out) for
 	// lease, or returns nil when there is none.
 	ClaimReplayJob(ctx context.Context, lease time.Duration) (*ReplayJob, error)
-	// PendingReplayItems returns up to limit deliveries of the job not yet gone through.
-	PendingReplayItems(ctx context.Context, jobID string, limit int) ([]string, error)
+	// PendingReplayItems returns up to limit deliveries of the job not yet gone through, or
+	// ErrReplayJobCancelled once the job is cancelled.
+	PendingReplayItems(ctx context.Context, jobID string, limit int) ([]ReplayItem, error)
 	// FinishReplayItems records the outcome of each delivery ("" replayed, otherwise why it was
 	// skipped), adds them to the job's counts and renews its lease, in one transaction; a
 	// delivery already finished is not counted again.
 	FinishReplayItems(ctx context.Context, jobID string, outcomes map[string]string, lease time.Duration) error
-	// CompleteReplayJob marks the job done.
+	// CompleteReplayJob marks the job done, unless it was cancelled meanwhile.
 	CompleteReplayJob(ctx context.Context, jobID string) error
+	// CancelReplayJob cancels a tenant's running job and returns it; a job cancelled before is
+	// returned as it is, a finished one with *ReplayJobFinishedError, an unknown one (or another
+	// tenant's) is ErrNotFound.
+	CancelReplayJob(ctx context.Context, tenant, id string) (ReplayJob, error)
 }
 
 // ReplayJobs creates replay jobs and runs them.
@@ -163,20 +194,24 @@ func (j *ReplayJobs) RunOnce(ctx context.Context) (bool, error) {
 	}
 	log := j.logger.With("job", job.ID, "tenant", job.Tenant)
 	for ctx.Err() == nil {
-		ids, err := j.store.PendingReplayItems(ctx, job.ID, j.Page)
+		items, err := j.store.PendingReplayItems(ctx, job.ID, j.Page)
+		if errors.Is(err, ErrReplayJobCancelled) {
+			log.Info("replay job cancelled: stopped")
+			return true, nil
+		}
 		if err != nil {
 			return true, err
 		}
-		if len(ids) == 0 {
+		if len(items) == 0 {
 			if err := j.store.CompleteReplayJob(ctx, job.ID); err != nil {
 				return true, err
 			}
 			log.Info("replay job done", "matched", job.Matched)
 			return true, nil
 		}
-		outcomes := make(map[string]string, len(ids))
-		for _, id := range ids {
-			outcome, err := j.one(ctx, job, id)
+		outcomes := make(map[string]string, len(items))
+		for _, item := range items {
+			outcome, err := j.one(ctx, job, item)
 			if err != nil {
 				// Record what is done; the rest is retried by whoever holds the job next.
 				if len(outcomes) > 0 {
@@ -184,7 +219,7 @@ func (j *ReplayJobs) RunOnce(ctx context.Context) (bool, error) {
 				}
 				return true, err
 			}
-			outcomes[id] = outcome
+			outcomes[item.DeliveryID] = outcome
 		}
 		if err := j.store.FinishReplayItems(ctx, job.ID, outcomes, j.Lease); err != nil {
 			return true, err
@@ -200,15 +235,19 @@ func (j *ReplayJobs) RunOnce(ctx context.Context) (bool, error) {
 }
 
 // one replays one delivery of the job, keyed by the job and the delivery, so that a runner that
-// replays it again after a crash gets the first replay back instead of a second one. It returns
-// "" when the delivery was replayed, or why it was skipped.
-func (j *ReplayJobs) one(ctx context.Context, job *ReplayJob, id string) (string, error) {
-	d, err := j.replay.Handle(ctx, Replay{Tenant: job.Tenant, DeliveryID: id, Reason: ReplayJobReason(job.Reason, job.ID),
-		Actor: replayJobActor(job), AllowUnknown: job.IncludeUnknown,
-		RequestKey: "job:" + job.ID + ":" + id, RequestHash: job.RequestHash})
+// replays it again after a crash gets the first replay back instead of a second one, and asked
+// of the death the job selected, so that a death another job (or an operator) replayed first is
+// not replayed again. It returns "" when the delivery was replayed, or why it was skipped.
+func (j *ReplayJobs) one(ctx context.Context, job *ReplayJob, item ReplayItem) (string, error) {
+	d, err := j.replay.Handle(ctx, Replay{Tenant: job.Tenant, DeliveryID: item.DeliveryID, Reason: ReplayJobReason(job.Reason, job.ID),
+		Actor: replayJobActor(job), AllowUnknown: job.IncludeUnknown, Of: item.Of, Job: job.ID,
+		RequestKey: "job:" + job.ID + ":" + item.DeliveryID, RequestHash: job.RequestHash})
+	var already *domain.AlreadyReplayedError
 	switch {
 	case err == nil:
 		return "", nil
+	case errors.As(err, &already):
+		return "already replayed by " + already.By(), nil
 	case errors.Is(err, domain.ErrNotDead) && d != nil:
 		if job.IncludeUnknown {
 			return fmt.Sprintf("no longer dead or unknown: %s", d.State()), nil
@@ -238,6 +277,13 @@ func replayJobActor(job *ReplayJob) string {
 // Get returns a tenant's job, or ErrNotFound.
 func (j *ReplayJobs) Get(ctx context.Context, tenant, id string) (ReplayJob, error) {
 	return j.store.ReplayJob(ctx, tenant, id)
+}
+
+// Cancel cancels a tenant's running job: its runner stops at its next page (the page in hand is
+// finished and counted). Cancelling a cancelled job answers it again; a finished one is
+// *ReplayJobFinishedError.
+func (j *ReplayJobs) Cancel(ctx context.Context, tenant, id string) (ReplayJob, error) {
+	return j.store.CancelReplayJob(ctx, tenant, id)
 }
 
 // List returns a tenant's latest jobs, newest first.

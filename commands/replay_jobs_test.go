@@ -51,15 +51,31 @@ func newReplayJobFixture(t *testing.T) *replayJobFixture {
 	return &replayJobFixture{schema: schema, store: store, replay: replay}
 }
 
-// catchUp brings the views (the DLQ view a job selects from) up to the log.
+// catchUp brings the views (the DLQ view a job selects from) up to the log. The projector reads
+// below the oldest transaction open in the database, which another test's may hold a moment: it
+// catches up again until the DLQ view's checkpoint has passed the log's last event.
 func (f *replayJobFixture) catchUp(t *testing.T) {
 	t.Helper()
 	runner, err := projections.NewRunner(postgres.NewViews(f.schema.Pool), f.store, projections.All(), projections.RunnerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runner.CatchUp(context.Background()); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if err := runner.CatchUp(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var behind bool
+		err := f.schema.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM events e, projection_checkpoints c
+			WHERE c.name = $1 AND (e.transaction_id, e.position) > (c.transaction_id, c.position))`, projections.NameDLQ).Scan(&behind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !behind {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the DLQ view did not catch up with the log in 10s")
+		}
 	}
 }
 

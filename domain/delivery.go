@@ -53,6 +53,9 @@ type Delivery struct {
 	// cycleStart is the first attempt number of the current cycle (1, or the replay's).
 	cycleStart int
 	cycle      int
+	// replays are the replays recorded, oldest first, so that an ask to replay the delivery as
+	// it was at some version can tell whether someone replayed that cycle since.
+	replays []replayMark
 	// deferrals counts the deferrals of the current attempt (they name their keys).
 	deferrals  int
 	lastResult *AttemptResult
@@ -258,6 +261,7 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.cycleStart = v.Attempt
 		d.cycle = v.Cycle
 		d.lastResult = nil
+		d.replays = append(d.replays, replayMark{version: e.Version, job: v.Job, actor: v.Actor})
 	}
 }
 
@@ -621,6 +625,47 @@ func (d *Delivery) Reconcile(o Outcome, evidence, actor string, policy RetryPoli
 // ErrNotDead: only a dead delivery can be replayed.
 var ErrNotDead = errors.New("delivery is not dead")
 
+// ErrAlreadyReplayed: the dead cycle a replay asked for was replayed by someone else first.
+// The error returned is an *AlreadyReplayedError naming that replay.
+var ErrAlreadyReplayed = errors.New("delivery already replayed")
+
+// AlreadyReplayedError is the refusal of a replay asked of a delivery as it was at Of, when
+// another replay (at Version, by Job or Actor) took that cycle first: one replay per dead cycle,
+// however many operators or jobs ask at once.
+type AlreadyReplayedError struct {
+	DeliveryID string
+	Of         int
+	// Version is the version of the replay that took the cycle; Job the replay job that made it
+	// ("" when an operator replayed it alone), Actor who asked.
+	Version    int
+	Job, Actor string
+}
+
+func (e *AlreadyReplayedError) Error() string {
+	return fmt.Sprintf("%v: delivery %s as of version %d was replayed at version %d by %s", ErrAlreadyReplayed,
+		e.DeliveryID, e.Of, e.Version, e.By())
+}
+
+// Is makes errors.Is(err, ErrAlreadyReplayed) hold.
+func (e *AlreadyReplayedError) Is(target error) bool { return target == ErrAlreadyReplayed }
+
+// By names who replayed the cycle: "job <id>", or the actor.
+func (e *AlreadyReplayedError) By() string {
+	switch {
+	case e.Job != "":
+		return "job " + e.Job
+	case e.Actor != "":
+		return e.Actor
+	}
+	return "an operator"
+}
+
+// replayMark is one replay of the history: its version, and who made it.
+type replayMark struct {
+	version    int
+	job, actor string
+}
+
 // Replay starts a new attempt cycle for a dead delivery (dead → queued): the same delivery, its
 // history kept, its next attempt numbered on from the last one and allowed the full number of
 // attempts again. The work message of that attempt must travel with the event.
@@ -636,18 +681,35 @@ type ReplayAsk struct {
 	// Unknown allows replaying a delivery whose outcome is unknown: its provider may have acted,
 	// so the new cycle may send it a second time, and the event says so.
 	Unknown bool
+	// Of is the version at which the asker saw the delivery dead (or unknown): the cycle it asks
+	// to replay. If a replay was recorded after Of, that cycle is someone else's to have
+	// replayed, whatever the delivery's state now (it may have died again: a cycle this ask
+	// never saw), and the ask is refused with *AlreadyReplayedError. 0 asks of the delivery as
+	// it is.
+	Of int
+	// Job names the replay job that asks, recorded with the replay ("" for an operator's own).
+	Job string
 }
 
 // ReplayAs is Replay with the whole ask: a dead delivery, or with ask.Unknown an unknown one,
-// starts a new attempt cycle.
+// starts a new attempt cycle, unless the cycle ask.Of names was replayed already.
 func (d *Delivery) ReplayAs(ask ReplayAsk, now time.Time) ([]Event, error) {
+	if ask.Of > 0 {
+		for _, r := range d.replays {
+			if r.version > ask.Of {
+				return nil, &AlreadyReplayedError{DeliveryID: d.id, Of: ask.Of, Version: r.version, Job: r.job, Actor: r.actor}
+			}
+		}
+	}
 	fromUnknown := d.state == StateUnknown && ask.Unknown
 	if d.state != StateDead && !fromUnknown {
 		return nil, fmt.Errorf("%w: delivery %s is %s", ErrNotDead, d.id, d.state)
 	}
+	// The key names the cycle: a second replay of the same dead cycle, made on the same history
+	// by a writer that raced this one, meets the unique key instead of opening another cycle.
 	cycle := d.cycle + 1
 	return d.record(now, EventReplayed, KeyReplayed(d.id, cycle), Replayed{Attempt: d.attempt + 1, Cycle: cycle,
-		Reason: ask.Reason, Actor: ask.Actor, FromUnknown: fromUnknown})
+		Reason: ask.Reason, Actor: ask.Actor, FromUnknown: fromUnknown, Of: d.version, Job: ask.Job})
 }
 
 // ID returns the delivery's id.

@@ -171,6 +171,11 @@ type Replayed struct {
 	// FromUnknown marks the replay of a delivery whose outcome was unknown: the provider may
 	// have acted on the last cycle, so this one may send it again.
 	FromUnknown bool `json:"from_unknown,omitempty"`
+	// Of is the version of the dead (or unknown) delivery this replay replays: the history says
+	// which death each replay answers (absent in replays recorded before it was kept).
+	Of int `json:"of_version,omitempty"`
+	// Job is the replay job that made the replay, if one did.
+	Job string `json:"job,omitempty"`
 }
 
 // Key helpers: one place that spells the idempotency keys of a delivery's events.

@@ -153,6 +153,9 @@ func FuzzOperatorBodies(f *testing.F) {
 		{3, 0, "job-2", `{"reason":"r","since":"2026-02-01T00:00:00Z","until":"2026-01-01T00:00:00Z"}`},
 		{3, 0, "job-3", `{"reason":"r\u0000","recipient":"\ud800","failure_class":"nope","since":"yesterday"}`},
 		{3, 0, "job-4", `{"reason":"r","actor":"` + strings.Repeat("a", 600) + `","channel":"pigeon"}`},
+		{3, 0, "job-5", `{"reason":"  ","include_unknown":true}`}, {3, 0, "job-6", `{"reason":"\u001b]0;X\u0007"}`},
+		{0, 0, "", `{"reason":"fixed","actor":"\u202eevil"}`}, {1, 1, "", `{"outcome":"delivered","evidence":"   "}`},
+		{2, 0, "", `{"reason":"bell\u0007"}`},
 	} {
 		f.Add(seed.route, seed.target, seed.key, seed.body)
 	}
@@ -168,6 +171,30 @@ func FuzzOperatorBodies(f *testing.F) {
 		raw := fmt.Sprintf("POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s", path, header, len(body), body)
 		if rec, ok := serveRaw(t, h, raw); ok {
 			checkAnswer(t, raw, rec)
+			checkOperatorTextRefused(t, raw, body, rec)
 		}
 	})
+}
+
+// checkOperatorTextRefused fails when a body whose operator text (reason, actor, evidence) is
+// blank or holds a control character got anything but a 400: such text is never recorded.
+func checkOperatorTextRefused(t *testing.T, raw, body string, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	var members map[string]any
+	if json.Unmarshal([]byte(body), &members) != nil {
+		return
+	}
+	for _, name := range []string{"reason", "actor", "evidence"} {
+		v, ok := members[name].(string)
+		if !ok || v == "" {
+			continue
+		}
+		bad := strings.TrimSpace(v) == ""
+		for _, r := range v {
+			bad = bad || r < 0x20 || r >= 0x7f && r <= 0x9f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+		}
+		if bad && rec.Code != http.StatusBadRequest && rec.Code != http.StatusRequestEntityTooLarge {
+			t.Fatalf("%q: %s %q got %d %s, want 400", raw, name, v, rec.Code, rec.Body)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -108,15 +109,46 @@ func (s *server) readReplay(w http.ResponseWriter, r *http.Request) (replayAsk, 
 	return ask, nil
 }
 
+// checkText checks a piece of operator text: what an operator writes that the ledger records
+// (a reason, an actor, evidence) and shows again, in the console, the CLI's terminal and the
+// logs. Given, it must say something (not only white space), fit maxLen, and hold no control
+// character: C0 (line breaks included: each is one line of the history), DEL, C1, and the bidi
+// controls that make a terminal or a page show other text than is stored. "" is left to the
+// caller, which knows whether the field is required.
 func checkText(field, v string, maxLen int) error {
 	if err := storableText(v); err != nil {
 		return invalid(field, "%v", err)
 	}
-	switch {
-	case utf8.RuneCountInString(v) > maxLen:
+	if v == "" {
+		return nil
+	}
+	if strings.TrimSpace(v) == "" {
+		return invalid(field, "is only white space: write it, or leave the member out")
+	}
+	for i, r := range v {
+		if operatorControl(r) {
+			return invalid(field, "holds the control character U+%04X at byte %d: operator text is one line of printable characters", r, i)
+		}
+	}
+	if utf8.RuneCountInString(v) > maxLen {
 		return invalid(field, "at most %d characters", maxLen)
 	}
 	return nil
+}
+
+// operatorControl reports the characters operator text may not hold: C0 and C1 controls, DEL,
+// and the bidirectional formatting characters (ALM, LRM, RLM, the embeddings, overrides and
+// isolates), which reorder what a reader sees; and the line and paragraph separators.
+func operatorControl(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	case r == 0x2028, r == 0x2029:
+		return true
+	}
+	return false
 }
 
 // replayDelivery is POST /v1/deliveries/{id}/replay: a dead delivery starts a new attempt cycle.
@@ -194,7 +226,9 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 		switch {
 		case err == nil:
 			out.Replayed = append(out.Replayed, row.ID)
-		case errors.Is(err, domain.ErrNotDead):
+		case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrAlreadyReplayed):
+			// Replayed by another request meanwhile (the view lags the log), or by one that
+			// raced this one: either way not this request's to replay.
 			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, State: d.State(), Detail: "no longer dead"})
 		case errors.Is(err, commands.ErrNotFound):
 			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, Detail: "not found"})
@@ -257,7 +291,7 @@ func (s *server) reconcileDelivery(w http.ResponseWriter, r *http.Request, tenan
 		return invalid("outcome", "required: delivered, dead or retrying")
 	case !ok:
 		return invalid("outcome", "unknown outcome %q; one of: delivered, dead, retrying", req.Outcome)
-	case req.Evidence == "":
+	case strings.TrimSpace(req.Evidence) == "":
 		return invalid("evidence", "required: what shows the outcome (a provider receipt, a log line, a ticket)")
 	case req.StatusCode != 0 && (req.StatusCode < 100 || req.StatusCode > 599):
 		return invalid("status_code", "must be an HTTP status from 100 to 599")

@@ -111,6 +111,12 @@ func problemFor(err error) problem {
 	case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrNotUnknown):
 		// The delivery is real but in a state the decision does not apply to.
 		p.Status, p.Field = http.StatusConflict, "state"
+	case errors.Is(err, domain.ErrAlreadyReplayed):
+		// One replay per dead cycle: another request replayed the death this one saw.
+		p.Status, p.Field = http.StatusConflict, "state"
+	case errors.As(err, new(*commands.ReplayJobFinishedError)):
+		// A finished job cannot be cancelled; the detail names how it finished.
+		p.Status, p.Field = http.StatusConflict, "state"
 	case errors.Is(err, errUnsupportedMediaType):
 		p.Status = http.StatusUnsupportedMediaType
 	case errors.Is(err, commands.ErrRequestMismatch):

@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -91,7 +93,7 @@ func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant 
 			return err
 		}
 	}
-	if req.Reason == "" && !req.DryRun {
+	if strings.TrimSpace(req.Reason) == "" && !req.DryRun {
 		return invalid("reason", "required: why these deliveries are replayed (recorded on each)")
 	}
 	for _, t := range []struct{ field, v string }{{"reason", req.Reason}, {"recipient", req.Recipient}, {"actor", req.Actor}} {
@@ -153,11 +155,24 @@ func (s *server) createReplayJob(w http.ResponseWriter, r *http.Request, tenant 
 
 // replayJob answers GET /v1/replays/{id}.
 func (s *server) replayJob(w http.ResponseWriter, r *http.Request, tenant string) error {
+	return s.answerJob(w, r, tenant, s.deps.ReplayJobs.Get)
+}
+
+// cancelReplayJob answers POST /v1/replays/{id}/cancel: 200 with the job, cancelled; its runner
+// stops at its next page. A repeat answers the same; a finished job is 409 naming its state.
+func (s *server) cancelReplayJob(w http.ResponseWriter, r *http.Request, tenant string) error {
+	return s.answerJob(w, r, tenant, s.deps.ReplayJobs.Cancel)
+}
+
+// answerJob answers with the job of the path's id as do leaves it: 200, or 404 for an id that
+// names no job of the tenant.
+func (s *server) answerJob(w http.ResponseWriter, r *http.Request, tenant string,
+	do func(ctx context.Context, tenant, id string) (commands.ReplayJob, error)) error {
 	id, ok := pathID(r.PathValue("id"))
 	if !ok {
 		return errReplayJobNotFound
 	}
-	job, err := s.deps.ReplayJobs.Get(r.Context(), tenant, id)
+	job, err := do(r.Context(), tenant, id)
 	if errors.Is(err, commands.ErrNotFound) {
 		return errReplayJobNotFound
 	}

@@ -46,6 +46,7 @@ var notQueryChecked = map[string]string{
 	"POST /v1/receipts/{provider}": "the provider chooses the callback's query",
 	"GET /v1/receipts/{provider}":  "the provider chooses the callback's query",
 	"/console/":                    "static files",
+	"/console":                     "the console's redirect to /console/",
 }
 
 // fullServer is the API with every dependency given, so every optional route is registered. A

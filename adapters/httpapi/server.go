@@ -157,6 +157,7 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	if deps.ReplayJobs != nil {
 		s.tenantRoute("POST /v1/replays", s.createReplayJob)
 		s.tenantRoute("GET /v1/replays/{id}", s.replayJob)
+		s.tenantRoute("POST /v1/replays/{id}/cancel", s.cancelReplayJob)
 		s.tenantRoute("GET /v1/replays", s.replayJobs, "limit")
 	}
 	if deps.Providers != nil {
@@ -170,7 +171,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 		s.handle("GET /v1/receipts/{provider}", http.HandlerFunc(s.receipt))
 	}
 	// The operators' console: static pages that call this API with the key an operator enters.
-	s.handle(console.Prefix, console.Handler())
+	// It answers /console itself too (its redirect to /console/): left to the mux, that redirect
+	// went out without the console's security headers.
+	site := console.Handler()
+	s.handle(console.Prefix, site)
+	s.handle(strings.TrimSuffix(console.Prefix, "/"), site)
 	s.publicRoute("GET /openapi.yaml", OpenAPIHandler().ServeHTTP)
 	s.publicRoute("GET /healthz", s.healthz)
 	s.publicRoute("GET /readyz", s.readyz)

@@ -29,9 +29,10 @@ ON CONFLICT (tenant, request_key) DO NOTHING`
 	AND ($4 = '' OR v.channel = $4) AND ($5 = '' OR v.failure_class = $5) AND ($6 = '' OR v.recipient = $6)
 	AND ($7::timestamptz IS NULL OR v.accepted_at >= $7) AND ($8::timestamptz IS NULL OR v.accepted_at < $8)`
 
-	// The items are the tenant's deliveries in the DLQ view that the filters select.
-	replayItemsSelect = `INSERT INTO replay_job_items (job_id, delivery_id)
-SELECT $1, v.id FROM dlq_view v WHERE ` + replayItemsWhere
+	// The items are the tenant's deliveries in the DLQ view that the filters select, each with
+	// the version the view shows it dead at: the death the job replays.
+	replayItemsSelect = `INSERT INTO replay_job_items (job_id, delivery_id, dead_version)
+SELECT $1, v.id, v.version FROM dlq_view v WHERE ` + replayItemsWhere
 
 	// replayItemsCount counts them; $1 is unused, so both take the same arguments.
 	replayItemsCount = `SELECT count(*) FROM dlq_view v WHERE $1::text IS NOT NULL AND ` + replayItemsWhere
@@ -49,7 +50,9 @@ WHERE id = (SELECT id FROM replay_jobs WHERE state = 'running' AND (lease_until 
 	ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING ` + replayJobColumns
 
-	replayItemsPending = `SELECT delivery_id::text FROM replay_job_items WHERE job_id = $1 AND NOT done
+	replayJobState = `SELECT state FROM replay_jobs WHERE id = $1`
+
+	replayItemsPending = `SELECT delivery_id::text, coalesce(dead_version, 0) FROM replay_job_items WHERE job_id = $1 AND NOT done
 ORDER BY delivery_id LIMIT $2`
 
 	// The items not finished before are finished now; only they count.
@@ -72,6 +75,11 @@ WHERE j.id = $1`
 
 	replayJobComplete = `UPDATE replay_jobs SET state = 'done', finished_at = now(), updated_at = now(), lease_until = NULL
 WHERE id = $1 AND state = 'running'`
+
+	// A running job is cancelled; one that is not running is left as it is (the caller reads it).
+	replayJobCancel = `UPDATE replay_jobs SET state = 'cancelled', finished_at = now(), updated_at = now(), lease_until = NULL
+WHERE tenant = $1 AND id = $2 AND state = 'running'
+RETURNING ` + replayJobColumns
 )
 
 func scanReplayJob(row pgx.CollectableRow) (commands.ReplayJob, error) {
@@ -205,12 +213,23 @@ func (s *EventStore) ClaimReplayJob(ctx context.Context, lease time.Duration) (*
 }
 
 // PendingReplayItems implements commands.ReplayJobStore.
-func (s *EventStore) PendingReplayItems(ctx context.Context, jobID string, limit int) ([]string, error) {
+func (s *EventStore) PendingReplayItems(ctx context.Context, jobID string, limit int) ([]commands.ReplayItem, error) {
+	var state string
+	if err := s.pool.QueryRow(ctx, replayJobState, jobID).Scan(&state); err != nil {
+		return nil, fmt.Errorf("read replay job %s: %w", jobID, err)
+	}
+	if state == commands.ReplayJobCancelled {
+		return nil, commands.ErrReplayJobCancelled
+	}
 	rows, err := s.pool.Query(ctx, replayItemsPending, jobID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read replay job items: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (commands.ReplayItem, error) {
+		var item commands.ReplayItem
+		err := row.Scan(&item.DeliveryID, &item.Of)
+		return item, err
+	})
 }
 
 // FinishReplayItems implements commands.ReplayJobStore.
@@ -232,6 +251,33 @@ func (s *EventStore) CompleteReplayJob(ctx context.Context, jobID string) error 
 		return fmt.Errorf("complete replay job: %w", err)
 	}
 	return nil
+}
+
+// CancelReplayJob implements commands.ReplayJobStore.
+func (s *EventStore) CancelReplayJob(ctx context.Context, tenant, id string) (commands.ReplayJob, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return commands.ReplayJob{}, commands.ErrNotFound
+	}
+	rows, err := s.pool.Query(ctx, replayJobCancel, tenant, id)
+	if err != nil {
+		return commands.ReplayJob{}, fmt.Errorf("cancel replay job: %w", err)
+	}
+	j, err := pgx.CollectExactlyOneRow(rows, scanReplayJob)
+	if err == nil {
+		return j, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return j, fmt.Errorf("cancel replay job: %w", err)
+	}
+	// Not running (or not the tenant's): as it is.
+	j, err = s.ReplayJob(ctx, tenant, id)
+	switch {
+	case err != nil:
+		return j, err
+	case j.State == commands.ReplayJobCancelled:
+		return j, nil
+	}
+	return j, &commands.ReplayJobFinishedError{ID: j.ID, State: j.State}
 }
 
 var _ commands.ReplayJobStore = (*EventStore)(nil)

@@ -804,41 +804,10 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 		},
 	})
 
-	var ss apiSettings
-	showFS := flag.NewFlagSet("ledger replays show", flag.ContinueOnError)
-	ss.flags(showFS)
-	show := o.command(&ffcli.Command{
-		Name:       "show",
-		ShortUsage: "ledger replays show [--json] ID",
-		ShortHelp:  "show a replay job: its filters and how far it is (GET /v1/replays/{id})",
-		FlagSet:    showFS,
-		Exec: func(ctx context.Context, args []string) error {
-			const command = "ledger replays show"
-			ids, err := operands(command, showFS, args)
-			if err != nil {
-				return err
-			}
-			if len(ids) != 1 {
-				return usagef(command, "name one replay job ID, got %d operands", len(ids))
-			}
-			c, err := ss.client(command)
-			if err != nil {
-				return err
-			}
-			a, err := c.get(ctx, "/v1/replays/"+url.PathEscape(ids[0]), nil)
-			if err != nil {
-				return err
-			}
-			if ss.json {
-				return o.writeDocument(a)
-			}
-			var j replayJobDoc
-			if err := a.decode(&j); err != nil {
-				return err
-			}
-			return writeJob(o.stdout, j)
-		},
-	})
+	show := o.jobCommand("show", "show a replay job: its filters and how far it is (GET /v1/replays/{id})", "",
+		func(ctx context.Context, c *apiClient, id string) (answer, error) {
+			return c.get(ctx, "/v1/replays/"+url.PathEscape(id), nil)
+		})
 
 	var ls apiSettings
 	listFS := flag.NewFlagSet("ledger replays list", flag.ContinueOnError)
@@ -881,7 +850,57 @@ func (o *operatorCommands) replaysCommand() *ffcli.Command {
 			return writeJobs(o.stdout, p.Items)
 		},
 	})
-	return o.group("replays", "replay many dead deliveries as a background job, and follow the jobs, through the HTTP API", create, show, list)
+	cancel := o.jobCommand("cancel", "cancel a running replay job: it stops at its next page (POST /v1/replays/{id}/cancel)",
+		"The job becomes cancelled at once; its runner finishes the page in hand and replays nothing\n"+
+			"more, so the deliveries it had not reached stay dead. Cancelling a cancelled job shows it\n"+
+			"again; a done job is refused (409, exit status 1).",
+		func(ctx context.Context, c *apiClient, id string) (answer, error) {
+			return c.post(ctx, "/v1/replays/"+url.PathEscape(id)+"/cancel", nil, nil)
+		})
+	return o.group("replays", "replay many dead deliveries as a background job, follow the jobs and cancel them, through the HTTP API",
+		create, show, list, cancel)
+}
+
+// jobCommand is `ledger replays NAME [--json] ID`: call the API about one job, then show the job
+// it answers with.
+func (o *operatorCommands) jobCommand(name, shortHelp, longHelp string,
+	call func(ctx context.Context, c *apiClient, id string) (answer, error)) *ffcli.Command {
+	command := "ledger replays " + name
+	var settings apiSettings
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	settings.flags(fs)
+	return o.command(&ffcli.Command{
+		Name:       name,
+		ShortUsage: command + " [--json] ID",
+		ShortHelp:  shortHelp,
+		LongHelp:   longHelp,
+		FlagSet:    fs,
+		Exec: func(ctx context.Context, args []string) error {
+			ids, err := operands(command, fs, args)
+			if err != nil {
+				return err
+			}
+			if len(ids) != 1 {
+				return usagef(command, "name one replay job ID, got %d operands", len(ids))
+			}
+			c, err := settings.client(command)
+			if err != nil {
+				return err
+			}
+			a, err := call(ctx, c, ids[0])
+			if err != nil {
+				return err
+			}
+			if settings.json {
+				return o.writeDocument(a)
+			}
+			var j replayJobDoc
+			if err := a.decode(&j); err != nil {
+				return err
+			}
+			return writeJob(o.stdout, j)
+		},
+	})
 }
 
 // createReplayJob posts the job and, when wait, follows it until it is done.
@@ -911,13 +930,13 @@ func (o *operatorCommands) createReplayJob(ctx context.Context, c *apiClient, bo
 	if a.Header.Get("Idempotent-Replayed") == "true" {
 		fmt.Fprintf(notes, "this key's job exists already: nothing new was started\n")
 	}
-	if wait && job.State != replayJobDone {
+	if wait && job.State == replayJobRunning {
 		prog := newProgress(o.stderr, "replay job")
 		prog.quiet = !isTerminal(o.stderr)
 		prog.say(replayBar(job), true)
 		t := time.NewTicker(poll)
 		defer t.Stop()
-		for job.State != replayJobDone {
+		for job.State == replayJobRunning {
 			select {
 			case <-ctx.Done():
 				prog.done()
@@ -932,7 +951,7 @@ func (o *operatorCommands) createReplayJob(ctx context.Context, c *apiClient, bo
 				prog.done()
 				return err
 			}
-			prog.say(replayBar(job), job.State == replayJobDone)
+			prog.say(replayBar(job), job.State != replayJobRunning)
 		}
 		prog.done()
 	}

@@ -101,8 +101,9 @@ type replayJobDoc struct {
 	FinishedAt     *time.Time        `json:"finished_at"`
 }
 
-// replayJobDone is the state of a job that has taken every matched delivery's turn.
-const replayJobDone = "done"
+// replayJobRunning is the state of a job that has matched deliveries left to take (a job is
+// then done, or cancelled by an operator).
+const replayJobRunning = "running"
 
 // viewDoc is the view member of a list answer: how far the view is behind the tenant's events.
 type viewDoc struct {

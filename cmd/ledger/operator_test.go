@@ -533,6 +533,10 @@ func TestOperatorReplayJobsOnALedger(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &jobs); code != 0 || err != nil || len(jobs.Items) != 1 || jobs.Items[0].ID != jobID {
 		t.Fatalf("replays list --json: exit %d, %v\n%s", code, err, out)
 	}
+	code, _, errOut = b.cli(t, acmeKey, "replays", "cancel", jobID)
+	if code != 1 || !strings.Contains(errOut, "409") || !strings.Contains(errOut, "is done") {
+		t.Fatalf("replays cancel of a done job: exit %d\n%s", code, errOut)
+	}
 	code, _, errOut = b.cli(t, globexKey, "replays", "show", jobID)
 	if code != 1 || !strings.Contains(errOut, "404") {
 		t.Fatalf("globex shows acme's job: exit %d\n%s", code, errOut)
@@ -560,8 +564,12 @@ func newContractServer(t *testing.T, polls int) *contractServer {
 			"include_unknown": true, "filters": map[string]string{"channel": "webhook", "since": "2026-04-01T00:00:00Z"},
 			"matched": 4, "replayed": replayed, "skipped": 0, "skips": map[string]int{},
 			"created_at": "2026-04-02T10:00:00Z", "updated_at": "2026-04-02T10:00:01Z"}
-		if state == "done" {
+		switch state {
+		case "done":
 			j["skipped"], j["skips"], j["finished_at"] = 1, map[string]int{"no longer dead: delivered": 1}, "2026-04-02T10:00:02Z"
+		case "cancelled":
+			j["skipped"], j["finished_at"] = 2, "2026-04-02T10:00:02Z"
+			j["skips"] = map[string]int{"already replayed by job 7e1d0c3b-5a4f-4e2d-9c8b-1a2b3c4d5e6f": 2}
 		}
 		return j
 	}
@@ -598,6 +606,8 @@ func newContractServer(t *testing.T, polls int) *contractServer {
 				return
 			}
 			_ = json.NewEncoder(w).Encode(job("running", s.reads))
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/replays/0b6c2a8e-9d1f-4b7e-8a43-2f5e6d7c8b9a/cancel":
+			_ = json.NewEncoder(w).Encode(job("cancelled", 1))
 		case r.Method == http.MethodGet && r.URL.Path == "/v1/replays":
 			_ = json.NewEncoder(w).Encode(map[string]any{"items": []any{job("done", 3)}})
 		default:
@@ -663,6 +673,13 @@ func TestReplaysCreateFollowsTheContract(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "0b6c2a8e-9d1f-4b7e-8a43-2f5e6d7c8b9a  done") {
 		t.Fatalf("replays list: exit %d\n%s", code, out)
 	}
+	// A cancelled job, and the deliveries it skipped because another job replayed them first.
+	code, out, errOut = runCLI(append([]string{"replays", "cancel", "0b6c2a8e-9d1f-4b7e-8a43-2f5e6d7c8b9a"}, api...)...)
+	for _, want := range []string{"cancelled", "2 already replayed by job 7e1d0c3b-5a4f-4e2d-9c8b-1a2b3c4d5e6f", "finished at:"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("replays cancel: exit %d, lacks %q:\n%s%s", code, want, out, errOut)
+		}
+	}
 	if bar := replayBar(replayJobDoc{ID: "0b6c2a8e-9d1f", State: "running", Matched: 4, Replayed: 1, Skipped: 1}); bar !=
 		"replay job 0b6c2a8e [###############...............] 2/4 matched: 1 replayed, 1 skipped (running)" {
 		t.Fatalf("bar %q", bar)
@@ -701,7 +718,7 @@ func TestOperatorUsageErrors(t *testing.T) {
 	}
 	// Every flag of every operator command is explained.
 	for _, cmd := range [][]string{{"deliveries", "list"}, {"deliveries", "show"}, {"dlq", "list"}, {"replay"},
-		{"replays", "create"}, {"replays", "show"}, {"replays", "list"}, {"reconcile"}} {
+		{"replays", "create"}, {"replays", "show"}, {"replays", "list"}, {"replays", "cancel"}, {"reconcile"}} {
 		code, _, help := runCLI(append(cmd, "--help")...)
 		if code != 0 || !strings.Contains(help, "DESCRIPTION") || !strings.Contains(help, "-api-key") || !strings.Contains(help, "-json") {
 			t.Errorf("%v --help: exit %d\n%s", cmd, code, help)

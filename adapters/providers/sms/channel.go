@@ -7,6 +7,7 @@ package sms
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -80,12 +81,24 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
 // payload has a text every provider of the channel takes. What no provider could ever send is
 // refused at the door rather than dead-lettered after an attempt. Members other than text are
 // ignored. A refusal is a *commands.InvalidField naming recipient, payload or payload.text.
+//
+// A text's line breaks and tabs are text (gateways pass them on, GSM 03.38 has LF and CR); the
+// other control characters are not: no SMS alphabet can carry ESC or BEL to a phone as what they
+// are (GSM's 0x1B is its own escape to the extension table), so such a text would reach the
+// person as something else than was accepted, if at all.
 func Check(recipient string, payload json.RawMessage) error {
 	if err := CheckNumber(recipient); err != nil {
 		return &commands.InvalidField{Field: "recipient", Reason: err.Error()}
 	}
-	if _, err := Text(payload); err != nil {
+	text, err := Text(payload)
+	if err != nil {
 		return err
+	}
+	for i, r := range text {
+		if (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || (r >= 0x7f && r <= 0x9f) {
+			return &commands.InvalidField{Field: "payload.text", Reason: fmt.Sprintf(
+				"holds the control character U+%04X at byte %d: an SMS carries text, line breaks and tabs, not control characters", r, i)}
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -80,8 +81,18 @@ func Check(recipient string, payload json.RawMessage) error {
 	if _, err := parseChat(recipient); err != nil {
 		return &commands.InvalidField{Field: "recipient", Reason: err.Error()}
 	}
-	if _, err := readPayload(payload); err != nil {
+	m, err := readPayload(payload)
+	if err != nil {
 		return err
+	}
+	// Line breaks and tabs are a message's text; Telegram takes the other control characters
+	// but no client shows them, so the chat would read something other than was accepted: a text
+	// with ESC or BEL is a caller's mistake (or an attempt at a terminal escape), said at once.
+	for i, r := range m.text {
+		if (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || (r >= 0x7f && r <= 0x9f) {
+			return &commands.InvalidField{Field: "payload.text", Reason: fmt.Sprintf(
+				"holds the control character U+%04X at byte %d: a Telegram message carries text, line breaks and tabs, not control characters", r, i)}
+		}
 	}
 	return nil
 }

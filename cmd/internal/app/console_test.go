@@ -486,6 +486,23 @@ func (b *e2eBundle) waitListed(t *testing.T, path string, ids ...string) {
 	}
 }
 
+// threeDead accepts three deliveries to the receiver's path, which answers 410, and returns the
+// recipient and their ids once each is dead and listed in the DLQ view.
+func threeDead(t *testing.T, b *e2eBundle, rc *consoleReceiver, path, keyPrefix string) (string, []string) {
+	t.Helper()
+	rc.answer(path, http.StatusGone)
+	recipient := b.sink.URL + path
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, b.accept(t, fmt.Sprintf("%s-%d", keyPrefix, i), recipient, domain.PriorityNormal))
+	}
+	for _, id := range ids {
+		b.waitState(t, id, domain.StateDead, 20*time.Second)
+	}
+	b.waitListed(t, "/v1/dlq?"+url.Values{"recipient": {recipient}}.Encode(), ids...)
+	return recipient, ids
+}
+
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
@@ -728,16 +745,7 @@ func TestConsole(t *testing.T) {
 	t.Run("BulkReplayFromTheDLQ", func(t *testing.T) {
 		t.Parallel()
 		const path = "/bulk/gone"
-		rc.answer(path, http.StatusGone)
-		recipient := b.sink.URL + path
-		var ids []string
-		for i := range 3 {
-			ids = append(ids, b.accept(t, fmt.Sprintf("console-bulk-%d", i), recipient, domain.PriorityNormal))
-		}
-		for _, id := range ids {
-			b.waitState(t, id, domain.StateDead, 20*time.Second)
-		}
-		b.waitListed(t, "/v1/dlq?"+url.Values{"recipient": {recipient}}.Encode(), ids...)
+		recipient, ids := threeDead(t, b, rc, path, "console-bulk")
 
 		tab := newConsoleTab(t, browser, site, shots)
 		tab.signIn("acme-key", "")
@@ -786,6 +794,40 @@ func TestConsole(t *testing.T) {
 				!strings.Contains(string(replays[0].Data), `"actor":"tenant:acme"`) {
 				t.Fatalf("delivery %s replays %+v, want one with the reason and the job, by tenant:acme", id, replays)
 			}
+		}
+	})
+
+	// A running job cancelled from its page stops at its next page: the page shows it cancelled,
+	// the action goes away, and the deliveries it had not reached stay dead.
+	t.Run("CancelAReplayJob", func(t *testing.T) {
+		t.Parallel()
+		recipient, ids := threeDead(t, b, rc, "/cancel/gone", "console-cancel")
+		resp, raw := b.do(t, "POST", "/v1/replays", "console-cancel-job", map[string]any{"reason": "oops", "recipient": recipient})
+		var job replayJobAnswer
+		if err := json.Unmarshal(raw, &job); err != nil || resp.StatusCode != http.StatusAccepted || job.Matched != 3 {
+			t.Fatalf("create: %d %s", resp.StatusCode, raw)
+		}
+
+		tab := newConsoleTab(t, browser, site, shots)
+		tab.signIn("acme-key", "")
+		tab.open("#/replays/"+job.ID, "Replay job")
+		// Pages of one with a 2.5 s pause: the cancel lands in the pause after the first.
+		tab.waitFor("the job running, one handled", `document.querySelector("#job-state")?.dataset.state === "running" &&
+			document.querySelector("#job-replayed")?.textContent === "1" && !document.querySelector("#job-cancel").hidden`)
+		tab.click("#job-cancel")
+		tab.waitFor("the job cancelled", `document.querySelector("#job-state")?.dataset.state === "cancelled" &&
+			document.querySelector("#job-cancel").hidden && document.querySelector("#live")?.textContent.includes("cancelled")`)
+		tab.screenshot("console-replay-job-cancelled", consoleDesktop)
+		_, raw = b.do(t, "GET", "/v1/replays/"+job.ID, "", nil)
+		if err := json.Unmarshal(raw, &job); err != nil || job.State != "cancelled" || job.Replayed != 1 {
+			t.Fatalf("after the cancel: %s, want cancelled with one replayed", raw)
+		}
+		replayed := 0
+		for _, id := range ids {
+			replayed += len(eventsOfType(b.history(t, id), domain.EventReplayed))
+		}
+		if replayed != 1 {
+			t.Fatalf("%d replays after a cancel in the first pause, want 1", replayed)
 		}
 	})
 }

@@ -3,11 +3,14 @@ package app
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/httpapi/openapitest"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -132,4 +135,224 @@ func TestReplayJobThroughTheAPI(t *testing.T) {
 			t.Errorf("%v: %d %s, want 400 with %s", bad.body, resp.StatusCode, raw, bad.want)
 		}
 	}
+}
+
+// TestConcurrentSingleReplaysReplayEachDeathOnce: twenty replays without an Idempotency-Key sent
+// at once at a delivery that dies again at once, five times over: each death is replayed once,
+// the other nineteen are 409 (field state), however fast the replayed cycle dies again. A
+// request that lost the race used to decide again on the reloaded stream and, finding the
+// delivery dead once more, replay the next cycle too (1, 3, 4, 4, 4 replays per round).
+func TestConcurrentSingleReplaysReplayEachDeathOnce(t *testing.T) {
+	t.Parallel()
+	// The relay moves a replay on at once: the replayed cycle dies as fast as it can.
+	b := setupE2E(t, "", func(c *Config) { c.RelayGather = 0 })
+	b.sink.script(func(r *http.Request, _ int) (int, http.Header) {
+		if strings.HasSuffix(r.URL.Path, "/fine") {
+			return http.StatusOK, nil
+		}
+		return http.StatusGone, nil
+	})
+	const rounds, racers = 5, 20
+	// One warm connection per racer, to the API and from it to the database, so that the twenty
+	// requests load the delivery within a millisecond or two, well before the replayed cycle can
+	// die again (tens of ms): a request that loaded it after that would be asking of the next
+	// death, rightly. The warm-up races replays of a delivered delivery: each is a 409.
+	transport := &http.Transport{MaxIdleConnsPerHost: racers}
+	t.Cleanup(transport.CloseIdleConnections)
+	client := &http.Client{Transport: openapitest.Transport(t, transport), Timeout: 10 * time.Second}
+	race := func(id string) map[int]int {
+		start := make(chan struct{})
+		statuses := make(chan int, racers)
+		var wg sync.WaitGroup
+		for range racers {
+			wg.Go(func() {
+				req := mustRequest(t, http.MethodPost, b.base+"/v1/deliveries/"+id+"/replay", `{"reason":"race"}`)
+				<-start
+				if req == nil {
+					return
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				statuses <- resp.StatusCode
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(statuses)
+		count := map[int]int{}
+		for s := range statuses {
+			count[s]++
+		}
+		return count
+	}
+	fine := b.accept(t, "delivered", b.sink.URL+"/fine", domain.PriorityNormal)
+	b.waitState(t, fine, domain.StateDelivered, 20*time.Second)
+	for range 2 {
+		if count := race(fine); count[http.StatusConflict] != racers {
+			t.Fatalf("replays of a delivered delivery: %v, want %d 409s", count, racers)
+		}
+	}
+
+	id := b.accept(t, "dies-at-once", b.sink.URL+"/gone", domain.PriorityNormal)
+	for round := range rounds {
+		// The round's death: as many dead letters as replays so far, plus the first.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			h := b.history(t, id)
+			if len(eventsOfType(h, domain.EventDeadLettered)) == round+1 && h[len(h)-1].Type == string(domain.EventDeadLettered) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the delivery did not die again: %s", round, b.historyString(t, id))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		count := race(id)
+		replays := len(eventsOfType(b.history(t, id), domain.EventReplayed))
+		if count[http.StatusAccepted] != 1 || count[http.StatusConflict] != racers-1 || replays != round+1 {
+			t.Fatalf("round %d: answers %v, %d replays in the history; want one 202, %d 409s and %d replays\n%s",
+				round, count, replays, racers-1, round+1, b.historyString(t, id))
+		}
+	}
+}
+
+// TestOverlappingReplayJobsReplayEachDeathOnce: ten jobs with their own keys and the same
+// filter, created at once over ten dead deliveries whose receiver still refuses them: each
+// delivery is replayed once and sent once more, by one of the jobs; the others skip it naming
+// the job that replayed it, and every job ends done. A job used to replay each delivery again
+// whenever its replayed cycle had died by the job's turn: up to ten replays and sends each.
+// A done job cannot be cancelled (409 naming its state); an unknown one is 404.
+func TestOverlappingReplayJobsReplayEachDeathOnce(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "", func(c *Config) { c.RelayGather = 0 })
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusGone, nil })
+	const n, jobs = 10, 10
+	var dead []string
+	for i := range n {
+		dead = append(dead, b.accept(t, fmt.Sprintf("overlap-%d", i), b.sink.URL+"/gone", domain.PriorityNormal))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for { // the DLQ view must list them before a job can select them
+		_, body := b.do(t, "GET", "/v1/dlq?channel=webhook", "", nil)
+		var page struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		_ = json.Unmarshal(body, &page)
+		if len(page.Items) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the DLQ view lists %d of %d", len(page.Items), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	client := openapitest.Client(t)
+	ids := make(chan string, jobs)
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() {
+			req := mustRequest(t, http.MethodPost, b.base+"/v1/replays", `{"reason":"receiver fixed?","channel":"webhook"}`)
+			if req == nil {
+				return
+			}
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("overlap-job-%d", i))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var job replayJobAnswer
+			if err := json.NewDecoder(resp.Body).Decode(&job); err != nil || resp.StatusCode != http.StatusAccepted || job.Matched != n {
+				t.Errorf("create: %d %+v %v", resp.StatusCode, job, err)
+				return
+			}
+			ids <- job.ID
+		})
+	}
+	wg.Wait()
+	close(ids)
+	byID := map[string]replayJobAnswer{}
+	for id := range ids {
+		byID[id] = replayJobAnswer{}
+	}
+	if len(byID) != jobs {
+		t.Fatalf("%d jobs created, want %d", len(byID), jobs)
+	}
+	replayed, skipped := 0, 0
+	for id := range byID {
+		deadline := time.Now().Add(30 * time.Second)
+		var job replayJobAnswer
+		for {
+			_, raw := b.do(t, "GET", "/v1/replays/"+id, "", nil)
+			if err := json.Unmarshal(raw, &job); err != nil {
+				t.Fatalf("%s: %v", raw, err)
+			}
+			if job.State == "done" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s", raw)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		replayed += job.Replayed
+		skipped += job.Skipped
+		for reason, count := range job.Skips {
+			other, ok := strings.CutPrefix(reason, "already replayed by job ")
+			if _, known := byID[other]; !ok || !known || other == id {
+				t.Errorf("job %s skipped %d for %q, want only deliveries another of the jobs replayed", id, count, reason)
+			}
+		}
+	}
+	if replayed != n || skipped != n*(jobs-1) {
+		t.Fatalf("the jobs replayed %d and skipped %d, want %d and %d", replayed, skipped, n, n*(jobs-1))
+	}
+	for _, id := range dead {
+		// The replayed cycle's one attempt, then dead again: no further replay can follow.
+		b.waitState(t, id, domain.StateDead, 20*time.Second)
+		replays := eventsOfType(b.history(t, id), domain.EventReplayed)
+		if len(replays) != 1 || b.sink.count(id) != 2 {
+			t.Fatalf("%s: %d replays, %d sends; want 1 and 2 (the first attempt and the replay's)", id, len(replays), b.sink.count(id))
+		}
+		var data domain.Replayed
+		if err := json.Unmarshal(replays[0].Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := byID[data.Job]; !ok || data.Of != 4 {
+			t.Fatalf("%s: replay %s, want one of the jobs replaying version 4", id, replays[0].Data)
+		}
+	}
+
+	for id := range byID {
+		resp, raw := b.do(t, "POST", "/v1/replays/"+id+"/cancel", "", nil)
+		if resp.StatusCode != http.StatusConflict || !strings.Contains(string(raw), `"field":"state"`) || !strings.Contains(string(raw), "is done") {
+			t.Fatalf("cancel a done job: %d %s, want 409 naming its state", resp.StatusCode, raw)
+		}
+		break
+	}
+	if resp, raw := b.do(t, "POST", "/v1/replays/0d9a1f2c-6a54-4f3e-9a3b-9b1c0e0f2a11/cancel", "", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("cancel an unknown job: %d %s", resp.StatusCode, raw)
+	}
+}
+
+// mustRequest is a request to the API as tenant acme (usable in any goroutine: nil on failure,
+// reported with t.Error).
+func mustRequest(t *testing.T, method, url, body string) *http.Request {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	req.Header.Set("Authorization", "Bearer acme-key")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
 }

@@ -901,7 +901,7 @@
       el('h2', { id: 'reconcile-h', text: 'Reconcile' }),
       el('p', {}, 'The outcome of attempt ' + d.attempts + ' is unknown: the call may or may not have reached the recipient. Record what the evidence shows.'),
       fs,
-      field('reconcile-evidence', 'Evidence', evidence, 'A provider receipt, a log line, a ticket (at most 2000 characters).'),
+      field('reconcile-evidence', 'Evidence', evidence, 'A provider receipt, a log line, a ticket (at most 2000 characters; recorded as one line, line breaks become spaces).'),
       actor.field,
       el('div', { class: 'actions-row' }, button), out);
     form.addEventListener('submit', async (ev) => {
@@ -913,7 +913,7 @@
       button.disabled = true;
       try {
         await api('POST', '/v1/deliveries/' + encodeURIComponent(d.id) + '/reconcile',
-          { body: withActor({ outcome: chosen.value, evidence: evidence.value.trim() }, actor.input), signal: page.signal });
+          { body: withActor({ outcome: chosen.value, evidence: oneLine(evidence.value) }, actor.input), signal: page.signal });
         form.remove();
         done('Outcome recorded: ' + chosen.value + '.');
       } catch (err) {
@@ -980,6 +980,12 @@
           : problemBox(err));
       }
     })();
+  }
+
+  // oneLine is pasted text as the API records operator text: one line, its line breaks and tabs
+  // made spaces (the API refuses control characters in what it records).
+  function oneLine(text) {
+    return text.replace(/[\r\n\t]+/g, ' ').trim();
   }
 
   function evidenceDetails(evidence) {
@@ -1088,7 +1094,24 @@
     const page = newPage();
     const body = el('section', { class: 'panel', id: 'job', 'aria-live': 'polite' }, el('p', { class: 'muted', text: 'Loading…' }));
     const live = el('p', { class: 'live', id: 'live' });
-    show('Replay job', el('p', {}, el('a', { href: '#/dlq', text: '← Dead-letter queue' }), ' · ', el('code', { text: id })), live, body);
+    // The cancel action lives outside the part each poll redraws, so a click is never lost to a
+    // refresh; it shows only while the job runs. The job stops at its next page: the poll then
+    // sees it cancelled.
+    const stop = el('button', { type: 'button', class: 'button button-danger', id: 'job-cancel', text: 'Cancel job', hidden: true });
+    const stopped = el('div', { id: 'job-cancel-result', 'aria-live': 'polite' });
+    const actions = el('div', { class: 'actions-row', id: 'job-actions' }, stop, stopped);
+    stop.addEventListener('click', async () => {
+      stop.disabled = true;
+      stopped.replaceChildren();
+      try {
+        await api('POST', '/v1/replays/' + encodeURIComponent(id) + '/cancel', { signal: page.signal });
+        if (!page.gone) stopped.append(el('p', { class: 'small', text: 'Cancelled: the job replays nothing after the page in hand.' }));
+      } catch (err) {
+        stop.disabled = false;
+        if (!page.gone) stopped.append(problemBox(err));
+      }
+    });
+    show('Replay job', el('p', {}, el('a', { href: '#/dlq', text: '← Dead-letter queue' }), ' · ', el('code', { text: id })), live, actions, body);
     page.every(POLL_MS, async () => {
       let job;
       try {
@@ -1119,9 +1142,11 @@
           ['Finished', timeEl(job.finished_at)],
         ]),
         skips.length ? tableOf('Why deliveries were skipped', ['Reason', { label: 'Deliveries', num: true }], skips, { id: 'skips-table' }) : '');
-      const done = job.state === 'done';
-      live.textContent = done ? 'The job is done.' : 'The job is running: refreshing every second.';
-      return !done;
+      const running = job.state === 'running';
+      stop.hidden = !running;
+      live.textContent = running ? 'The job is running: refreshing every second.'
+        : job.state === 'cancelled' ? 'The job was cancelled; the deliveries it had not reached stay dead.' : 'The job is done.';
+      return running;
     });
   }
 
