@@ -692,13 +692,16 @@ func (e ReconciledRetryEventType) Valid() bool {
 
 // Defines values for ReplayJobState.
 const (
-	Done    ReplayJobState = "done"
-	Running ReplayJobState = "running"
+	Cancelled ReplayJobState = "cancelled"
+	Done      ReplayJobState = "done"
+	Running   ReplayJobState = "running"
 )
 
 // Valid indicates whether the value is a known member of the ReplayJobState enum.
 func (e ReplayJobState) Valid() bool {
 	switch e {
+	case Cancelled:
+		return true
 	case Done:
 		return true
 	case Running:
@@ -2361,6 +2364,81 @@ func (e GetReplayJob500ApplicationProblemPlusJSONResponseBodyType) Valid() bool 
 	}
 }
 
+// Defines values for CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelReplayJob400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelReplayJob400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelReplayJob401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelReplayJob401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelReplayJob404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelReplayJob404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelReplayJob409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelReplayJob409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelReplayJob500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelReplayJob500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3361,7 +3439,7 @@ type ReplayJob struct {
 	// Filters The filters given, only those.
 	Filters ReplayFilters `json:"filters"`
 
-	// FinishedAt Only when done.
+	// FinishedAt Only when done or cancelled.
 	FinishedAt *Timestamp `json:"finished_at,omitempty"`
 
 	// Id A UUID in its canonical lower-case form.
@@ -3374,15 +3452,17 @@ type ReplayJob struct {
 	Replayed int    `json:"replayed"`
 	Skipped  int    `json:"skipped"`
 
-	// Skips The skipped deliveries by reason ("no longer dead: delivered").
+	// Skips The skipped deliveries by reason ("no longer dead: delivered", "already replayed by job <id>": another job or an operator replayed that death first).
 	Skips map[string]int `json:"skips"`
+
+	// State `running`, then `done` (every delivery gone through) or `cancelled` (POST /v1/replays/{id}/cancel).
 	State ReplayJobState `json:"state"`
 
 	// UpdatedAt An RFC 3339 time.
 	UpdatedAt Timestamp `json:"updated_at"`
 }
 
-// ReplayJobState defines model for ReplayJob.State.
+// ReplayJobState `running`, then `done` (every delivery gone through) or `cancelled` (POST /v1/replays/{id}/cancel).
 type ReplayJobState string
 
 // ReplayJobList defines model for ReplayJobList.
@@ -3450,8 +3530,16 @@ type ReplayedData struct {
 	Cycle   int `json:"cycle"`
 
 	// FromUnknown The delivery's outcome was unknown, so the provider may have acted on the last cycle.
-	FromUnknown *bool   `json:"from_unknown,omitempty"`
-	Reason      *string `json:"reason,omitempty"`
+	FromUnknown *bool `json:"from_unknown,omitempty"`
+
+	// Job The replay job that made this replay, if one did.
+	Job *UUID `json:"job,omitempty"`
+
+	// OfVersion The version of the dead (or unknown) delivery this replay replays: one replay per dead
+	// cycle, a second one asked of the same version is `409`. Absent in replays recorded
+	// before it was kept.
+	OfVersion *int    `json:"of_version,omitempty"`
+	Reason    *string `json:"reason,omitempty"`
 }
 
 // ReplayedEvent delivery.replayed: a new cycle of attempts, history kept.
@@ -4262,6 +4350,21 @@ type GetReplayJob404ApplicationProblemPlusJSONResponseBodyType string
 // GetReplayJob500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetReplayJob.
 type GetReplayJob500ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
+type CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
+type CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
+type CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
+type CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
+type CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType string
+
 // GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetAcceptAnswer.
 type GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType string
 
@@ -5064,7 +5167,9 @@ type ClientInterface interface {
 	// ReplayDeliveryWithBody A dead delivery starts a new cycle of attempts
 	//
 	// Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-	// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+	// (field `state`). One replay per dead cycle: the replay is of the death the request found
+	// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+	// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 	// replay and replays nothing again, even if the delivery died again since; the key with
 	// another request is `422`.
 	//
@@ -5076,7 +5181,9 @@ type ClientInterface interface {
 	// ReplayDelivery A dead delivery starts a new cycle of attempts
 	//
 	// Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-	// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+	// (field `state`). One replay per dead cycle: the replay is of the death the request found
+	// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+	// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 	// replay and replays nothing again, even if the delivery died again since; the key with
 	// another request is `422`.
 	//
@@ -5253,6 +5360,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/replays/{id} (the `GetReplayJob` operationId).
 	GetReplayJob(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelReplayJob Cancel a running replay job
+	//
+	// The job's state becomes `cancelled` at once; its runner finishes the page in hand (those
+	// replays are made and counted) and replays nothing more. The deliveries it had not reached
+	// stay dead. Cancelling a cancelled job answers it again; a `done` job is `409` (field
+	// `state`).
+	//
+	// Corresponds with POST /v1/replays/{id}/cancel (the `CancelReplayJob` operationId).
+	CancelReplayJob(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAcceptAnswer The answer an accept request under this Idempotency-Key got
 	//
@@ -5503,7 +5620,9 @@ func (c *Client) ReconcileDelivery(ctx context.Context, id DeliveryID, body Reco
 // ReplayDeliveryWithBody A dead delivery starts a new cycle of attempts
 //
 // Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+// (field `state`). One replay per dead cycle: the replay is of the death the request found
+// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 // replay and replays nothing again, even if the delivery died again since; the key with
 // another request is `422`.
 //
@@ -5525,7 +5644,9 @@ func (c *Client) ReplayDeliveryWithBody(ctx context.Context, id DeliveryID, para
 // ReplayDelivery A dead delivery starts a new cycle of attempts
 //
 // Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+// (field `state`). One replay per dead cycle: the replay is of the death the request found
+// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 // replay and replays nothing again, even if the delivery died again since; the key with
 // another request is `422`.
 //
@@ -5843,6 +5964,26 @@ func (c *Client) CreateReplayJob(ctx context.Context, params *CreateReplayJobPar
 // Corresponds with GET /v1/replays/{id} (the `GetReplayJob` operationId).
 func (c *Client) GetReplayJob(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReplayJobRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelReplayJob Cancel a running replay job
+//
+// The job's state becomes `cancelled` at once; its runner finishes the page in hand (those
+// replays are made and counted) and replays nothing more. The deliveries it had not reached
+// stay dead. Cancelling a cancelled job answers it again; a `done` job is `409` (field
+// `state`).
+//
+// Corresponds with POST /v1/replays/{id}/cancel (the `CancelReplayJob` operationId).
+func (c *Client) CancelReplayJob(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelReplayJobRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -7126,6 +7267,40 @@ func NewGetReplayJobRequest(server string, id UUID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewCancelReplayJobRequest constructs an http.Request for the CancelReplayJob method
+func NewCancelReplayJobRequest(server string, id UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/replays/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetAcceptAnswerRequest constructs an http.Request for the GetAcceptAnswer method
 func NewGetAcceptAnswerRequest(server string, key string) (*http.Request, error) {
 	var err error
@@ -7379,7 +7554,9 @@ type ClientWithResponsesInterface interface {
 	// ReplayDeliveryWithBodyWithResponse A dead delivery starts a new cycle of attempts
 	//
 	// Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-	// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+	// (field `state`). One replay per dead cycle: the replay is of the death the request found
+	// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+	// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 	// replay and replays nothing again, even if the delivery died again since; the key with
 	// another request is `422`.
 	//
@@ -7391,7 +7568,9 @@ type ClientWithResponsesInterface interface {
 	// ReplayDeliveryWithResponse A dead delivery starts a new cycle of attempts
 	//
 	// Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-	// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+	// (field `state`). One replay per dead cycle: the replay is of the death the request found
+	// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+	// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 	// replay and replays nothing again, even if the delivery died again since; the key with
 	// another request is `422`.
 	//
@@ -7578,6 +7757,18 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/replays/{id} (the `GetReplayJob` operationId).
 	GetReplayJobWithResponse(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*GetReplayJobResponse, error)
+
+	// CancelReplayJobWithResponse Cancel a running replay job
+	//
+	// The job's state becomes `cancelled` at once; its runner finishes the page in hand (those
+	// replays are made and counted) and replays nothing more. The deliveries it had not reached
+	// stay dead. Cancelling a cancelled job answers it again; a `done` job is `409` (field
+	// `state`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/replays/{id}/cancel (the `CancelReplayJob` operationId).
+	CancelReplayJobWithResponse(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*CancelReplayJobResponse, error)
 
 	// GetAcceptAnswerWithResponse The answer an accept request under this Idempotency-Key got
 	//
@@ -9224,6 +9415,96 @@ func (r GetReplayJobResponse) ContentType() string {
 	return ""
 }
 
+// CancelReplayJobResponse401Headers the declared response headers of an HTTP 401 response for CancelReplayJob
+type CancelReplayJobResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// CancelReplayJobResponse409Headers the declared response headers of an HTTP 409 response for CancelReplayJob
+type CancelReplayJobResponse409Headers struct {
+	RetryAfter *int
+}
+
+type CancelReplayJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReplayJob
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelReplayJobResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CancelReplayJobResponse409Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelReplayJobResponse) GetJSON200() *ReplayJob {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelReplayJobResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelReplayJobResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelReplayJobResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelReplayJobResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelReplayJobResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelReplayJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelReplayJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelReplayJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelReplayJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetAcceptAnswerResponse401Headers the declared response headers of an HTTP 401 response for GetAcceptAnswer
 type GetAcceptAnswerResponse401Headers struct {
 	WWWAuthenticate string
@@ -9631,7 +9912,9 @@ func (c *ClientWithResponses) ReconcileDeliveryWithResponse(ctx context.Context,
 // ReplayDeliveryWithBodyWithResponse A dead delivery starts a new cycle of attempts
 //
 // Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+// (field `state`). One replay per dead cycle: the replay is of the death the request found
+// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 // replay and replays nothing again, even if the delivery died again since; the key with
 // another request is `422`.
 //
@@ -9649,7 +9932,9 @@ func (c *ClientWithResponses) ReplayDeliveryWithBodyWithResponse(ctx context.Con
 // ReplayDeliveryWithResponse A dead delivery starts a new cycle of attempts
 //
 // Attempts are numbered on and the history is kept. A delivery that is not dead is `409`
-// (field `state`). Under an optional Idempotency-Key a repeat is answered with the first
+// (field `state`). One replay per dead cycle: the replay is of the death the request found
+// (the event's `of_version`), so of twenty requests racing on one death one replays and the
+// others are `409` (field `state`), even when the replayed cycle has died again meanwhile. Under an optional Idempotency-Key a repeat is answered with the first
 // replay and replays nothing again, even if the delivery died again since; the key with
 // another request is `422`.
 //
@@ -9925,6 +10210,24 @@ func (c *ClientWithResponses) GetReplayJobWithResponse(ctx context.Context, id U
 		return nil, err
 	}
 	return ParseGetReplayJobResponse(rsp)
+}
+
+// CancelReplayJobWithResponse Cancel a running replay job
+//
+// The job's state becomes `cancelled` at once; its runner finishes the page in hand (those
+// replays are made and counted) and replays nothing more. The deliveries it had not reached
+// stay dead. Cancelling a cancelled job answers it again; a `done` job is `409` (field
+// `state`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/replays/{id}/cancel (the `CancelReplayJob` operationId).
+func (c *ClientWithResponses) CancelReplayJobWithResponse(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*CancelReplayJobResponse, error) {
+	rsp, err := c.CancelReplayJob(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelReplayJobResponse(rsp)
 }
 
 // GetAcceptAnswerWithResponse The answer an accept request under this Idempotency-Key got
@@ -11437,6 +11740,90 @@ func ParseGetReplayJobResponse(rsp *http.Response) (*GetReplayJobResponse, error
 			headers.WWWAuthenticate = value
 		}
 		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelReplayJobResponse parses an HTTP response from a CancelReplayJobWithResponse call
+func ParseCancelReplayJobResponse(rsp *http.Response) (*CancelReplayJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelReplayJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReplayJob
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CancelReplayJobResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CancelReplayJobResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
 	}
 
 	return response, nil
