@@ -204,11 +204,23 @@ func (h *history) raw(rng *rand.Rand, typ domain.EventType, key string, data any
 	}
 }
 
-// lateReceipt records a provider's word on a message that is not the current attempt's: it
-// changes nothing and is kept as evidence.
+// lateReceipt records a provider's word, after the fact, on a message the delivery was given
+// (the first its history shows accepted): about an earlier attempt it changes nothing and is
+// kept as evidence. A delivery no provider accepted a message for gets no receipt: the ledger
+// refuses a word about a message it never gave (another delivery's, or junk).
 func (h *history) lateReceipt(rng *rand.Rand, policy domain.RetryPolicy, step int) {
-	h.do(h.d.RecordReceipt(domain.ReceiptWord{Provider: "sms-a", ProviderOperationID: fmt.Sprintf("SM-late-%d", step),
-		Status: domain.ReceiptDelivered, ProviderStatus: "delivered", Source: "receipt"}, policy, h.tick(rng), 0))
+	for _, e := range h.events {
+		if e.Type != domain.EventProviderAccepted {
+			continue
+		}
+		var acc domain.ProviderAcceptance
+		if err := json.Unmarshal(e.Data, &acc); err != nil {
+			h.t.Fatal(err)
+		}
+		h.do(h.d.RecordReceipt(domain.ReceiptWord{Provider: acc.Provider, ProviderOperationID: acc.ProviderOperationID,
+			Status: domain.ReceiptDelivered, ProviderStatus: fmt.Sprintf("delivered-%d", step), Source: "receipt"}, policy, h.tick(rng), 0))
+		return
+	}
 }
 
 // run walks the delivery through random transitions until it stops (in any state).
