@@ -296,9 +296,15 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	const retryTrace = "5bf92f3577b34da6a3ce929d0e0e4737"
 	flaky := accept("trace-2", "/flaky", "00-"+retryTrace+"-00f067aa0ba902b8-01")
 	b.waitState(t, flaky, domain.StateDelivered, 30*time.Second)
-	spans = receiver.WaitFor(t, "two attempts in the retried delivery's trace", 30*time.Second, func(all []otlptest.Span) bool {
-		return len(byName(filterTrace(all, retryTrace), "attempt webhook")) == 2 &&
-			len(byName(filterTrace(all, retryTrace), "record outcome")) == 2
+	// The relay's publish to the delay tier is exported by another process than the attempts,
+	// in a batch of its own: wait for it too.
+	spans = receiver.WaitFor(t, "two attempts and the retry's publish in the retried delivery's trace", 30*time.Second, func(all []otlptest.Span) bool {
+		trace := filterTrace(all, retryTrace)
+		sent := false
+		for _, s := range trace {
+			sent = sent || strings.HasPrefix(s.Name, "send ") && strings.Contains(s.Name, ".retry.")
+		}
+		return sent && len(byName(trace, "attempt webhook")) == 2 && len(byName(trace, "record outcome")) == 2
 	})
 	retried := filterTrace(spans, retryTrace)
 	attempts := byName(retried, "attempt webhook")
