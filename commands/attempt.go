@@ -65,6 +65,10 @@ type Limiter interface {
 	// not, nothing was taken, retryAfter is the suggested wait and reason names the rule that
 	// refused.
 	Acquire(provider, destination string) (release func(), ok bool, retryAfter time.Duration, reason string)
+	// AcquireFor is Acquire for one attempt, named by ticket: a rate that refuses keeps its
+	// next free slot for the ticket, retryAfter is the time until it, and the same ticket
+	// asking from then on takes it. An attempt deferred by a rate is deferred once, to its slot.
+	AcquireFor(ticket, provider, destination string) (release func(), ok bool, retryAfter time.Duration, reason string)
 }
 
 // BreakerResult is what a call tells its provider's circuit breaker.
@@ -377,7 +381,7 @@ func (c *call) next(from int) (wait time.Duration, reason string, ok bool) {
 			// A limit is no sign of ill health: the attempt waits for it rather than spill over
 			// to the next provider (a number's rate limit protects a person, whichever provider
 			// sends).
-			release, ok, retryIn, why := h.limiter.Acquire(p, c.ch.destination(c.msg.Recipient))
+			release, ok, retryIn, why := h.limiter.AcquireFor(c.msg.ticket(), p, c.ch.destination(c.msg.Recipient))
 			if !ok {
 				if done != nil {
 					done(BreakerIgnore)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -114,6 +115,9 @@ func deadLetterFor(ctx context.Context, d *domain.Delivery, topic, eventKey stri
 		Metadata:     meta,
 	}, nil
 }
+
+// ticket names the message's attempt to the limiter, which keeps a rate's next slot for it.
+func (m WorkMessage) ticket() string { return m.DeliveryID + "/" + strconv.Itoa(m.Attempt) }
 
 func encodeWork(m WorkMessage) ([]byte, error) {
 	body, err := json.Marshal(m)
