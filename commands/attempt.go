@@ -239,10 +239,15 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	c := &call{h: h, ch: ch, msg: msg}
 	defer c.close()
 	noStart := false
-	if wait, reason, ok := c.next(0); !ok {
+	if verdict, held, queued := h.heldByWindow(ctx, log, msg); held {
+		return verdict
+	} else if !queued {
+		noStart = true
+	}
+	if wait, reason, ok := c.next(0); !ok && !noStart {
 		// Nothing could take the call, and nothing was sent: the passed-over list is moot.
 		c.tried, c.index = nil, 0
-		verdict, deferred := h.deferAttempt(ctx, log, msg, reason, wait)
+		verdict, deferred := h.deferAttempt(ctx, log, DeferAttempt{Message: msg, Reason: reason, Delay: wait})
 		if deferred || verdict != Ack {
 			return verdict
 		}
@@ -464,11 +469,12 @@ func (c *call) freeSlot() {
 // deferAttempt records that a limit held the attempt back and sends it through a delay tier. It
 // reports whether it deferred; when it did not (the attempt is not queued), the caller still has
 // to resolve the message.
-func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, msg WorkMessage, reason string, delay time.Duration) (Verdict, bool) {
+func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, cmd DeferAttempt) (Verdict, bool) {
+	msg := cmd.Message
 	var deferred bool
 	err := h.untilStored(ctx, log, true, func() error {
 		var err error
-		deferred, err = h.defers.Handle(ctx, DeferAttempt{Message: msg, Reason: reason, Delay: delay})
+		deferred, err = h.defers.Handle(ctx, cmd)
 		return err
 	})
 	if err != nil {

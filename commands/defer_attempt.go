@@ -18,6 +18,9 @@ type DeferAttempt struct {
 	Message WorkMessage
 	Reason  string
 	Delay   time.Duration
+	// Until, when set, is the time the attempt waits for (a window's opening) instead of now +
+	// Delay: an instant named in advance stays that instant however long the write took.
+	Until time.Time
 }
 
 // DeferAttemptHandler handles DeferAttempt.
@@ -39,8 +42,11 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 	var deferred bool
 	_, err := decide(ctx, h.store, id, nil, fmt.Sprintf("defer attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
-		topic, _ := h.topics.Hop(d.Channel(), cmd.Delay)
 		until := now.Add(cmd.Delay)
+		if !cmd.Until.IsZero() {
+			until = cmd.Until
+		}
+		topic, _ := h.topics.Hop(d.Channel(), until.Sub(now))
 		var toAppend []domain.Event
 		if d.AwaitsQueue(attempt) {
 			queued, err := d.Queue(now)

@@ -30,6 +30,8 @@ type WorkMessage struct {
 	AcceptedAt time.Time `json:"accepted_at"`
 	// RequestKey is the caller's Idempotency-Key, passed to providers that deduplicate.
 	RequestKey string `json:"idempotency_key,omitempty"`
+	// Window is when the attempt may start (the delivery's, fixed at acceptance); nil: always.
+	Window *domain.Window `json:"window,omitempty"`
 }
 
 // DeadLetter is the body of a dead queue message: the attempt snapshot and why it died, so an
@@ -71,6 +73,7 @@ func snapshot(d *domain.Delivery, attempt int, dueAt time.Time) WorkMessage {
 		DueAt:       dueAt,
 		AcceptedAt:  d.AcceptedAt(),
 		RequestKey:  d.RequestKey(),
+		Window:      d.Window(),
 	}
 }
 
