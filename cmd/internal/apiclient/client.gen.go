@@ -3036,6 +3036,16 @@ type NotificationAccepted struct {
 // NotificationAcceptedDeliveriesState defines model for NotificationAccepted.Deliveries.State.
 type NotificationAcceptedDeliveriesState string
 
+// NotificationRecipient defines model for NotificationRecipient.
+type NotificationRecipient struct {
+	// Channel A configured channel (webhook, email, sms, ...); another is 400.
+	Channel   Channel `json:"channel"`
+	Recipient string  `json:"recipient"`
+
+	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
+	Window *Window `json:"window,omitempty"`
+}
+
 // NotificationRequest defines model for NotificationRequest.
 type NotificationRequest struct {
 	// MaxAttempts At most the server's LEDGER_MAX_ATTEMPTS, which is also the default.
@@ -3048,14 +3058,7 @@ type NotificationRequest struct {
 	Priority *Priority `json:"priority,omitempty"`
 
 	// Recipients Each (channel, recipient) pair once; a repeat is 400 naming it.
-	Recipients []struct {
-		// Channel A configured channel (webhook, email, sms, ...); another is 400.
-		Channel   Channel `json:"channel"`
-		Recipient string  `json:"recipient"`
-
-		// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
-		Window *Window `json:"window,omitempty"`
-	} `json:"recipients"`
+	Recipients []NotificationRecipient `json:"recipients"`
 
 	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
 	Window *Window `json:"window,omitempty"`

@@ -102,10 +102,7 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.NewString()},
 		apiclient.NotificationRequest{
 			Payload: apiclient.Payload{"text": "hello"},
-			Recipients: []struct {
-				Channel   apiclient.Channel `json:"channel"`
-				Recipient string            `json:"recipient"`
-			}{{Channel: "webhook", Recipient: receiver.URL}},
+			Recipients: []apiclient.NotificationRecipient{{Channel: "webhook", Recipient: receiver.URL}},
 		})
 	if err != nil {
 		t.Fatal(err)
