@@ -101,7 +101,7 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 	accepted, err := client.AcceptNotificationWithResponse(ctx,
 		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.NewString()},
 		apiclient.NotificationRequest{
-			Payload: apiclient.Payload{"text": "hello"},
+			Payload:    apiclient.Payload{"text": "hello"},
 			Recipients: []apiclient.NotificationRecipient{{Channel: "webhook", Recipient: receiver.URL}},
 		})
 	if err != nil {
