@@ -171,8 +171,9 @@ type AttemptHandler struct {
 // it costs one delivery of the limit per two minutes, 40 minutes for a limit of 20.
 const giveBackAfter = 2 * time.Minute
 
-// earlyTolerance is how early a message may arrive and still run: delay tiers round delays up,
-// so only a delay longer than the largest tier (or clock skew) arrives earlier than this.
+// earlyTolerance is how early a message may arrive and wait out the rest of its delay in the
+// handler rather than hop again: the delay queues' hops round down (Topics.Hop), so a message
+// comes back at most the part of its delay no queue's length matches before its due time.
 const earlyTolerance = 10 * time.Millisecond
 
 // NewAttemptHandler builds the use case.
@@ -221,8 +222,17 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		log.ErrorContext(ctx, "work message for a channel this ledger does not serve, dead-lettering", "channel", msg.Channel)
 		return Reject
 	}
-	// A delay longer than the largest tier arrives early: send it round the tiers again.
-	if early := msg.DueAt.Sub(h.clock.Now()); early > earlyTolerance {
+	// A message whose wait was longer than the hop it took arrives early: it hops again. One
+	// within earlyTolerance of its due time waits out the rest here: a due time is a promise
+	// (a provider's retry_after, a window's opening), and another hop would bring it back late.
+	early := msg.DueAt.Sub(h.clock.Now())
+	if early > 0 && early <= earlyTolerance {
+		select {
+		case <-ctx.Done():
+		case <-time.After(early):
+		}
+	}
+	if early > earlyTolerance {
 		hop := uuid.NewSHA1(uuid.NameSpaceOID, []byte(a.MessageID+"/reroute")).String()
 		err := h.untilStored(ctx, log, true, func() error {
 			return h.reroute.Handle(ctx, Reroute{Message: msg, MessageID: hop})
