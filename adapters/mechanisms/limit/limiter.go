@@ -95,10 +95,10 @@ type hold struct {
 // the attempt asks the buckets again, as after a restart.
 const holdKeep = time.Minute
 
-// holdEarly is how early an attempt may take its slot: the deferral records its until a moment
-// after the limiter reserved, and a message may run up to the attempt's early tolerance (10 ms)
-// before its due time, so a return within this of the slot proceeds rather than defer for a
-// few milliseconds.
+// holdEarly is how early an attempt may take its slot. The deferral's until is the slot's wait
+// added to the attempt's own clock, read a moment after the limiter's and truncated to the
+// microsecond, so an attempt that starts at its until may find the slot a hair in the future;
+// it proceeds rather than be deferred again for that.
 const holdEarly = 20 * time.Millisecond
 
 // gate holds the counters of one provider or one host.
