@@ -17,6 +17,9 @@ import (
 type Recipient struct {
 	Channel   string `json:"channel"`
 	Recipient string `json:"recipient"`
+	// Window, when set, is when its delivery may be attempted (the recipient's own, or the
+	// notification's).
+	Window *domain.Window `json:"-"`
 }
 
 // AcceptNotification asks to accept a notification for one or more recipients, atomically.
@@ -157,6 +160,7 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 			MaxAttempts:    maxAttempts,
 			RequestKey:     cmd.RequestKey,
 			Trace:          tracing.Traceparent(ctx),
+			Window:         r.Window,
 		}, now)
 		if err != nil {
 			return AcceptResult{}, err

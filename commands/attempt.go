@@ -65,6 +65,10 @@ type Limiter interface {
 	// not, nothing was taken, retryAfter is the suggested wait and reason names the rule that
 	// refused.
 	Acquire(provider, destination string) (release func(), ok bool, retryAfter time.Duration, reason string)
+	// AcquireFor is Acquire for one attempt, named by ticket: a rate that refuses keeps its
+	// next free slot for the ticket, retryAfter is the time until it, and the same ticket
+	// asking from then on takes it. An attempt deferred by a rate is deferred once, to its slot.
+	AcquireFor(ticket, provider, destination string) (release func(), ok bool, retryAfter time.Duration, reason string)
 }
 
 // BreakerResult is what a call tells its provider's circuit breaker.
@@ -167,8 +171,9 @@ type AttemptHandler struct {
 // it costs one delivery of the limit per two minutes, 40 minutes for a limit of 20.
 const giveBackAfter = 2 * time.Minute
 
-// earlyTolerance is how early a message may arrive and still run: delay tiers round delays up,
-// so only a delay longer than the largest tier (or clock skew) arrives earlier than this.
+// earlyTolerance is how early a message may arrive and wait out the rest of its delay in the
+// handler rather than hop again: the delay queues' hops round down (Topics.Hop), so a message
+// comes back at most the part of its delay no queue's length matches before its due time.
 const earlyTolerance = 10 * time.Millisecond
 
 // NewAttemptHandler builds the use case.
@@ -217,8 +222,17 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		log.ErrorContext(ctx, "work message for a channel this ledger does not serve, dead-lettering", "channel", msg.Channel)
 		return Reject
 	}
-	// A delay longer than the largest tier arrives early: send it round the tiers again.
-	if early := msg.DueAt.Sub(h.clock.Now()); early > earlyTolerance {
+	// A message whose wait was longer than the hop it took arrives early: it hops again. One
+	// within earlyTolerance of its due time waits out the rest here: a due time is a promise
+	// (a provider's retry_after, a window's opening), and another hop would bring it back late.
+	early := msg.DueAt.Sub(h.clock.Now())
+	if early > 0 && early <= earlyTolerance {
+		select {
+		case <-ctx.Done():
+		case <-time.After(early):
+		}
+	}
+	if early > earlyTolerance {
 		hop := uuid.NewSHA1(uuid.NameSpaceOID, []byte(a.MessageID+"/reroute")).String()
 		err := h.untilStored(ctx, log, true, func() error {
 			return h.reroute.Handle(ctx, Reroute{Message: msg, MessageID: hop})
@@ -235,10 +249,15 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	c := &call{h: h, ch: ch, msg: msg}
 	defer c.close()
 	noStart := false
-	if wait, reason, ok := c.next(0); !ok {
+	if verdict, held, queued := h.heldByWindow(ctx, log, msg); held {
+		return verdict
+	} else if !queued {
+		noStart = true
+	}
+	if wait, reason, ok := c.next(0); !ok && !noStart {
 		// Nothing could take the call, and nothing was sent: the passed-over list is moot.
 		c.tried, c.index = nil, 0
-		verdict, deferred := h.deferAttempt(ctx, log, msg, reason, wait)
+		verdict, deferred := h.deferAttempt(ctx, log, DeferAttempt{Message: msg, Reason: reason, Delay: wait})
 		if deferred || verdict != Ack {
 			return verdict
 		}
@@ -377,7 +396,7 @@ func (c *call) next(from int) (wait time.Duration, reason string, ok bool) {
 			// A limit is no sign of ill health: the attempt waits for it rather than spill over
 			// to the next provider (a number's rate limit protects a person, whichever provider
 			// sends).
-			release, ok, retryIn, why := h.limiter.Acquire(p, c.ch.destination(c.msg.Recipient))
+			release, ok, retryIn, why := h.limiter.AcquireFor(c.msg.ticket(), p, c.ch.destination(c.msg.Recipient))
 			if !ok {
 				if done != nil {
 					done(BreakerIgnore)
@@ -460,11 +479,12 @@ func (c *call) freeSlot() {
 // deferAttempt records that a limit held the attempt back and sends it through a delay tier. It
 // reports whether it deferred; when it did not (the attempt is not queued), the caller still has
 // to resolve the message.
-func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, msg WorkMessage, reason string, delay time.Duration) (Verdict, bool) {
+func (h *AttemptHandler) deferAttempt(ctx context.Context, log *slog.Logger, cmd DeferAttempt) (Verdict, bool) {
+	msg := cmd.Message
 	var deferred bool
 	err := h.untilStored(ctx, log, true, func() error {
 		var err error
-		deferred, err = h.defers.Handle(ctx, DeferAttempt{Message: msg, Reason: reason, Delay: delay})
+		deferred, err = h.defers.Handle(ctx, cmd)
 		return err
 	})
 	if err != nil {

@@ -9,14 +9,18 @@ import (
 	"github.com/deliveryledger/ledger/tracing"
 )
 
-// DeferAttempt holds a queued attempt back (a rate limit or a concurrency cap said no): it
-// records EventDeferred and sends the message through a short delay queue of its own (not the
-// retry tiers, whose shortest is seconds), in one transaction, with the "until" it records the
-// time the message comes back. No attempt is consumed.
+// DeferAttempt holds a queued attempt back (a rate limit or a concurrency cap said no, or the
+// delivery's window is closed): it records EventDeferred with until = now + Delay, and sends the
+// message due then through the delay queues (Topics.Hop), in one transaction. The message hops
+// until it is due (Reroute), so the until recorded is when the attempt may start, and it starts
+// then, whatever the length of the wait. No attempt is consumed.
 type DeferAttempt struct {
 	Message WorkMessage
 	Reason  string
 	Delay   time.Duration
+	// Until, when set, is the time the attempt waits for (a window's opening) instead of now +
+	// Delay: an instant named in advance stays that instant however long the write took.
+	Until time.Time
 }
 
 // DeferAttemptHandler handles DeferAttempt.
@@ -38,8 +42,11 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 	var deferred bool
 	_, err := decide(ctx, h.store, id, nil, fmt.Sprintf("defer attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
-		topic, waits := h.topics.Defer(d.Channel(), cmd.Delay)
-		until := now.Add(waits)
+		until := now.Add(cmd.Delay)
+		if !cmd.Until.IsZero() {
+			until = cmd.Until
+		}
+		topic, _ := h.topics.Hop(d.Channel(), until.Sub(now))
 		var toAppend []domain.Event
 		if d.AwaitsQueue(attempt) {
 			queued, err := d.Queue(now)
@@ -70,9 +77,9 @@ func (h *DeferAttemptHandler) Handle(ctx context.Context, cmd DeferAttempt) (boo
 	return deferred, nil
 }
 
-// Reroute sends a message that arrived before its due time back through the delay tiers (its
-// delay was longer than the largest tier). It is transport only: nothing is appended to the
-// ledger, and the message keeps its attempt.
+// Reroute sends a message that arrived before its due time on through the delay queues (its
+// delay was longer than the hop it took: Topics.Hop rounds down). It is transport only: nothing
+// is appended to the ledger, and the message keeps its attempt and its due time.
 type Reroute struct {
 	Message WorkMessage
 	// MessageID identifies this hop, so a republished hop keeps its id.
@@ -94,14 +101,14 @@ func NewRerouteHandler(store EventStore, topics Topics, clock Clock) *RerouteHan
 // Handle writes the hop to the outbox.
 func (h *RerouteHandler) Handle(ctx context.Context, cmd Reroute) error {
 	m := cmd.Message
-	delay := m.DueAt.Sub(h.clock.Now())
+	topic, _ := h.topics.Hop(m.Channel, m.DueAt.Sub(h.clock.Now()))
 	body, err := encodeWork(m)
 	if err != nil {
 		return err
 	}
 	msg := OutboxMessage{
 		ID:           cmd.MessageID,
-		Topic:        h.topics.Retry(m.Channel, delay),
+		Topic:        topic,
 		PartitionKey: m.DeliveryID,
 		Payload:      body,
 		Metadata:     map[string]string{MetaPriority: string(m.Priority)},

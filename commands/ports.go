@@ -115,6 +115,11 @@ type Topics interface {
 	// holds it: the smallest wait of at least delay (or the longest). A deferral records that
 	// wait, so its "until" is when the message really comes back.
 	Defer(channel string, delay time.Duration) (topic string, waits time.Duration)
+	// Hop is the delay queue a message due in delay takes next, and how long it holds it: the
+	// longest of the channel's waits (its retry tiers and the deferral waits) not longer than
+	// delay, or the shortest wait. A message hops until it is due (Reroute), so it comes back at
+	// its due time, however long, and at most the shortest wait after it.
+	Hop(channel string, delay time.Duration) (topic string, holds time.Duration)
 	// Dead is the queue that receives a channel's dead letters.
 	Dead(channel string) string
 }

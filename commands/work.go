@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,6 +30,8 @@ type WorkMessage struct {
 	AcceptedAt time.Time `json:"accepted_at"`
 	// RequestKey is the caller's Idempotency-Key, passed to providers that deduplicate.
 	RequestKey string `json:"idempotency_key,omitempty"`
+	// Window is when the attempt may start (the delivery's, fixed at acceptance); nil: always.
+	Window *domain.Window `json:"window,omitempty"`
 }
 
 // DeadLetter is the body of a dead queue message: the attempt snapshot and why it died, so an
@@ -70,6 +73,7 @@ func snapshot(d *domain.Delivery, attempt int, dueAt time.Time) WorkMessage {
 		DueAt:       dueAt,
 		AcceptedAt:  d.AcceptedAt(),
 		RequestKey:  d.RequestKey(),
+		Window:      d.Window(),
 	}
 }
 
@@ -114,6 +118,9 @@ func deadLetterFor(ctx context.Context, d *domain.Delivery, topic, eventKey stri
 		Metadata:     meta,
 	}, nil
 }
+
+// ticket names the message's attempt to the limiter, which keeps a rate's next slot for it.
+func (m WorkMessage) ticket() string { return m.DeliveryID + "/" + strconv.Itoa(m.Attempt) }
 
 func encodeWork(m WorkMessage) ([]byte, error) {
 	body, err := json.Marshal(m)

@@ -30,6 +30,8 @@ type AcceptSpec struct {
 	// Trace is the W3C traceparent of the request that accepted it, when that request was
 	// traced: later attempts and replays continue its trace.
 	Trace string
+	// Window, when set, is when the delivery may be attempted.
+	Window *Window
 }
 
 // Delivery is the aggregate: one notification to one recipient over one channel. Its fields
@@ -45,6 +47,7 @@ type Delivery struct {
 	maxAttempts    int
 	requestKey     string
 	trace          string
+	window         *Window
 
 	state   State
 	version int
@@ -108,6 +111,11 @@ func Accept(spec AcceptSpec, now time.Time) (*Delivery, []Event, error) {
 	if !json.Valid(spec.Payload) {
 		problems = append(problems, errors.New("payload is not JSON"))
 	}
+	if spec.Window != nil {
+		if err := spec.Window.Validate(); err != nil {
+			problems = append(problems, err)
+		}
+	}
 	if len(problems) > 0 {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidDelivery, errors.Join(problems...))
 	}
@@ -121,6 +129,7 @@ func Accept(spec AcceptSpec, now time.Time) (*Delivery, []Event, error) {
 		MaxAttempts:    spec.MaxAttempts,
 		RequestKey:     spec.RequestKey,
 		Trace:          spec.Trace,
+		Window:         spec.Window,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -213,6 +222,7 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.maxAttempts = v.MaxAttempts
 		d.requestKey = v.RequestKey
 		d.trace = v.Trace
+		d.window = v.Window
 		d.cycleStart = 1
 		d.acceptedAt = e.RecordedAt
 	case *Queued:

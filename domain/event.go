@@ -55,6 +55,8 @@ type Accepted struct {
 	RequestKey string `json:"idempotency_key"`
 	// Trace is the W3C traceparent of the accept request's span, when it was traced.
 	Trace string `json:"trace,omitempty"`
+	// Window is when the delivery may be attempted, when the request gave one.
+	Window *Window `json:"window,omitempty"`
 }
 
 // Queued is the data of EventQueued.

@@ -138,6 +138,26 @@ func (t Topology) Defer(channel string, delay time.Duration) (string, time.Durat
 	return t.deferQueue(channel, waits), waits
 }
 
+// Hop is the delay queue a message due in delay takes next: the longest of the channel's retry
+// tiers and DeferWaits not longer than delay, or the shortest wait. Rounding down, never up, is
+// what keeps a due time true: a message comes back no later than it is due, and the rest of
+// its wait is a shorter hop, down to the shortest wait. A wait of hours takes a few hops of the
+// longest tier, then fewer than one per shorter queue.
+func (t Topology) Hop(channel string, delay time.Duration) (string, time.Duration) {
+	topic, holds := t.deferQueue(channel, DeferWaits[0]), DeferWaits[0]
+	for _, w := range DeferWaits {
+		if w <= delay && w > holds {
+			topic, holds = t.deferQueue(channel, w), w
+		}
+	}
+	for _, tier := range t.TiersOf(channel) {
+		if tier <= delay && tier > holds {
+			topic, holds = t.retryQueue(channel, tier), tier
+		}
+	}
+	return topic, holds
+}
+
 func (t Topology) deferQueue(channel string, wait time.Duration) string {
 	return t.Prefix + "." + channel + ".defer." + FormatTier(wait)
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ type deliveryRequest struct {
 	Payload     json.RawMessage `json:"payload"`
 	Priority    string          `json:"priority"`
 	MaxAttempts *int            `json:"max_attempts"`
+	Window      *domain.Window  `json:"window"`
 }
 
 // notificationRequest is the body of POST /v1/notifications.
@@ -33,11 +35,13 @@ type notificationRequest struct {
 	Recipients  []recipientRequest `json:"recipients"`
 	Priority    string             `json:"priority"`
 	MaxAttempts *int               `json:"max_attempts"`
+	Window      *domain.Window     `json:"window"`
 }
 
 type recipientRequest struct {
-	Channel   string `json:"channel"`
-	Recipient string `json:"recipient"`
+	Channel   string         `json:"channel"`
+	Recipient string         `json:"recipient"`
+	Window    *domain.Window `json:"window"`
 }
 
 // deliveryAccepted is the 202 answer of POST /v1/deliveries.
@@ -95,7 +99,10 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err := s.checkRecipient("", req.Channel, req.Recipient, cmd.Payload); err != nil {
 		return err
 	}
-	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient}}
+	if err := checkWindow("", req.Window); err != nil {
+		return err
+	}
+	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient, Window: req.Window}}
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
 		return fanOutField(err, "payload")
@@ -133,17 +140,25 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	}
 	// A delivery's id derives from (notification, channel, recipient): a repeated pair would be
 	// the same delivery twice, so it is refused rather than silently merged.
-	seen := make(map[recipientRequest]int, len(req.Recipients))
+	if err := checkWindow("", req.Window); err != nil {
+		return err
+	}
+	seen := make(map[[2]string]int, len(req.Recipients))
 	for i, rr := range req.Recipients {
 		prefix := fmt.Sprintf("recipients[%d]", i)
 		if err := s.checkRecipient(prefix+".", rr.Channel, rr.Recipient, cmd.Payload); err != nil {
 			return err
 		}
-		if first, dup := seen[rr]; dup {
+		pair := [2]string{rr.Channel, rr.Recipient}
+		if first, dup := seen[pair]; dup {
 			return invalid(prefix, "repeats recipients[%d] (same channel and recipient)", first)
 		}
-		seen[rr] = i
-		cmd.Recipients = append(cmd.Recipients, commands.Recipient{Channel: rr.Channel, Recipient: rr.Recipient})
+		seen[pair] = i
+		if err := checkWindow(prefix+".", rr.Window); err != nil {
+			return err
+		}
+		cmd.Recipients = append(cmd.Recipients, commands.Recipient{Channel: rr.Channel, Recipient: rr.Recipient,
+			Window: cmp.Or(rr.Window, req.Window)})
 	}
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {

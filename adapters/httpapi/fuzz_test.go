@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,6 +101,10 @@ func FuzzAcceptRequest(f *testing.F) {
 		{notification, `{"payload":{},"recipients":[]}`},
 		{notification, `{"payload":{},"recipients":null,"priority":"normal"}`},
 		{notification, `{"payload":{},"channel":"webhook","recipient":"https://a.example.com/h"}`},
+		{delivery, `{"channel":"webhook","recipient":"https://example.com/h","payload":{},"window":{"timezone":"Europe/Berlin","days":["mon","fri"],"start":"22:00","end":"06:00"}}`},
+		{delivery, `{"channel":"webhook","recipient":"https://example.com/h","payload":{},"window":{"timezone":"Mars/Olympus","start":"09:00","end":"18:00"}}`},
+		{notification, `{"payload":{},"window":{"timezone":"UTC","start":"09:00","end":"24:00","days":[]},"recipients":[{"channel":"webhook","recipient":"https://a.example.com/h"},{"channel":"sms","recipient":"+14155550100","window":{"timezone":"America/New_York","start":"08:00","end":"20:00"}}]}`},
+		{notification, `{"payload":{},"recipients":[{"channel":"webhook","recipient":"https://a.example.com/h","window":{"timezone":"UTC","start":"9:00","end":"18:00"}}]}`},
 	} {
 		f.Add(seed.fanOut, seed.body)
 	}
@@ -165,11 +170,27 @@ type acceptance struct {
 	priority    domain.Priority
 	maxAttempts int
 	recipients  []commands.Recipient
+	// windows are the recipients' windows, nil for none.
+	windows []*domain.Window
 }
 
 func (a acceptance) equal(b acceptance) bool {
 	return bytes.Equal(a.payload, b.payload) && a.priority == b.priority && a.maxAttempts == b.maxAttempts &&
-		slices.Equal(a.recipients, b.recipients)
+		slices.Equal(a.recipients, b.recipients) && slices.EqualFunc(a.windows, b.windows, sameWindow)
+}
+
+// sameWindow compares windows as they are stored: an empty days list is no list.
+func sameWindow(a, b *domain.Window) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+// fuzzRecipient is a notification's recipient as the request spells it.
+type fuzzRecipient struct {
+	Channel   string         `json:"channel"`
+	Recipient string         `json:"recipient"`
+	Window    *domain.Window `json:"window,omitempty"`
 }
 
 // requested decodes an accepted body on its own, with the defaults the API documents, to say
@@ -177,17 +198,22 @@ func (a acceptance) equal(b acceptance) bool {
 func requested(t *testing.T, fanOut bool, body string) acceptance {
 	t.Helper()
 	var req struct {
-		Channel     string               `json:"channel"`
-		Recipient   string               `json:"recipient"`
-		Payload     json.RawMessage      `json:"payload"`
-		Priority    domain.Priority      `json:"priority"`
-		MaxAttempts *int                 `json:"max_attempts"`
-		Recipients  []commands.Recipient `json:"recipients"`
+		Channel     string          `json:"channel"`
+		Recipient   string          `json:"recipient"`
+		Payload     json.RawMessage `json:"payload"`
+		Priority    domain.Priority `json:"priority"`
+		MaxAttempts *int            `json:"max_attempts"`
+		Recipients  []fuzzRecipient `json:"recipients"`
+		Window      *domain.Window  `json:"window"`
 	}
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		t.Fatalf("%s was accepted, but does not decode: %v", body, err)
 	}
-	want := acceptance{priority: req.Priority, maxAttempts: serverMaxAttempts, recipients: req.Recipients}
+	want := acceptance{priority: req.Priority, maxAttempts: serverMaxAttempts}
+	for _, r := range req.Recipients {
+		want.recipients = append(want.recipients, commands.Recipient{Channel: r.Channel, Recipient: r.Recipient})
+		want.windows = append(want.windows, cmp.Or(r.Window, req.Window))
+	}
 	payload, err := normalPayload(req.Payload)
 	if err != nil {
 		t.Fatalf("%s was accepted with payload %q: %v", body, req.Payload, err)
@@ -201,6 +227,7 @@ func requested(t *testing.T, fanOut bool, body string) acceptance {
 	}
 	if !fanOut {
 		want.recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient}}
+		want.windows = []*domain.Window{req.Window}
 	}
 	return want
 }
@@ -221,12 +248,16 @@ func (a acceptance) encode(t *testing.T, fanOut bool) string {
 	t.Helper()
 	var v any
 	if fanOut {
+		recipients := make([]fuzzRecipient, len(a.recipients))
+		for i, r := range a.recipients {
+			recipients[i] = fuzzRecipient{r.Channel, r.Recipient, a.windows[i]}
+		}
 		v = struct {
-			Payload     json.RawMessage      `json:"payload"`
-			Recipients  []commands.Recipient `json:"recipients"`
-			Priority    domain.Priority      `json:"priority"`
-			MaxAttempts int                  `json:"max_attempts"`
-		}{a.payload, a.recipients, a.priority, a.maxAttempts}
+			Payload     json.RawMessage `json:"payload"`
+			Recipients  []fuzzRecipient `json:"recipients"`
+			Priority    domain.Priority `json:"priority"`
+			MaxAttempts int             `json:"max_attempts"`
+		}{a.payload, recipients, a.priority, a.maxAttempts}
 	} else {
 		v = struct {
 			Channel     string          `json:"channel"`
@@ -234,7 +265,8 @@ func (a acceptance) encode(t *testing.T, fanOut bool) string {
 			Payload     json.RawMessage `json:"payload"`
 			Priority    domain.Priority `json:"priority"`
 			MaxAttempts int             `json:"max_attempts"`
-		}{a.recipients[0].Channel, a.recipients[0].Recipient, a.payload, a.priority, a.maxAttempts}
+			Window      *domain.Window  `json:"window,omitempty"`
+		}{a.recipients[0].Channel, a.recipients[0].Recipient, a.payload, a.priority, a.maxAttempts, a.windows[0]}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -282,6 +314,12 @@ func checkAccepted(t *testing.T, fanOut bool, rec *httptest.ResponseRecorder, re
 		}
 		seen[r] = true
 		got.recipients = append(got.recipients, r)
+		if acc.Window != nil {
+			if err := acc.Window.Validate(); err != nil {
+				t.Fatalf("accepted window %+v: %v", acc.Window, err)
+			}
+		}
+		got.windows = append(got.windows, acc.Window)
 
 		payload, err := normalPayload(acc.Payload)
 		if err != nil || len(payload) == 0 || payload[0] != '{' {
@@ -320,8 +358,9 @@ func checkAccepted(t *testing.T, fanOut bool, rec *httptest.ResponseRecorder, re
 }
 
 var (
-	deliveryFields     = regexp.MustCompile(`^(channel|recipient|payload|priority|max_attempts)$`)
-	notificationFields = regexp.MustCompile(`^(payload|priority|max_attempts|recipients(\[(0|[1-9][0-9]*)\](\.(channel|recipient))?|\.(channel|recipient))?)$`)
+	windowFields       = `window(\.(timezone|start|end|days(\[(0|[1-9][0-9]*)\])?))?`
+	deliveryFields     = regexp.MustCompile(`^(channel|recipient|payload|priority|max_attempts|` + windowFields + `)$`)
+	notificationFields = regexp.MustCompile(`^(payload|priority|max_attempts|` + windowFields + `|recipients(\[(0|[1-9][0-9]*)\](\.(channel|recipient|` + windowFields + `))?|\.(channel|recipient|` + windowFields + `))?)$`)
 )
 
 // checkRefused checks a refusal: nothing recorded, and a problem that names the member at fault.

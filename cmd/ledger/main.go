@@ -9,6 +9,10 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	// Delivery windows name IANA zones: every process reads them from the same embedded
+	// database, so one without /usr/share/zoneinfo (a distroless image) neither refuses a zone
+	// its neighbours accept nor attempts a held delivery early.
+	_ "time/tzdata"
 )
 
 // defaultGCPercent is the garbage collector's target unless GOGC is set. The ledger's live heap is

@@ -846,6 +846,39 @@ func (e ViewName) Valid() bool {
 	}
 }
 
+// Defines values for WindowDays.
+const (
+	Fri WindowDays = "fri"
+	Mon WindowDays = "mon"
+	Sat WindowDays = "sat"
+	Sun WindowDays = "sun"
+	Thu WindowDays = "thu"
+	Tue WindowDays = "tue"
+	Wed WindowDays = "wed"
+)
+
+// Valid indicates whether the value is a known member of the WindowDays enum.
+func (e WindowDays) Valid() bool {
+	switch e {
+	case Fri:
+		return true
+	case Mon:
+		return true
+	case Sat:
+		return true
+	case Sun:
+		return true
+	case Thu:
+		return true
+	case Tue:
+		return true
+	case Wed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BadRequestType.
 const (
 	BadRequestTypeAboutBlank BadRequestType = "about:blank"
@@ -2608,6 +2641,9 @@ type AcceptedData struct {
 
 	// Trace The W3C traceparent of the accept request's span, present when the ledger traced it (OTEL_EXPORTER_OTLP_ENDPOINT set): every later hop of the delivery continues that trace.
 	Trace *string `json:"trace,omitempty"`
+
+	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
+	Window *Window `json:"window,omitempty"`
 }
 
 // AcceptedEvent delivery.accepted: the delivery was accepted, with everything its attempts need.
@@ -2799,10 +2835,12 @@ type DeadLetteredEventState string
 // DeadLetteredEventType defines model for DeadLetteredEvent.Type.
 type DeadLetteredEventType string
 
-// DeferredData delivery.deferred. The attempt waits (a provider's pace, a breaker) and is queued again at `until`.
+// DeferredData delivery.deferred. The attempt waits (a provider's pace, a breaker, the delivery's window) and may start at `until`, when its message comes back; no attempt is consumed. A rate limit keeps its next free slot for the attempt, so one deferral is the rule.
 type DeferredData struct {
-	Attempt int    `json:"attempt"`
-	Reason  string `json:"reason"`
+	Attempt int `json:"attempt"`
+
+	// Reason "window" while the delivery's window is closed (until is its next opening); otherwise the rule that refused ("provider telegram rate 30/s", "host example.com concurrency 64", "circuit open for every provider of channel sms").
+	Reason string `json:"reason"`
 
 	// Until An RFC 3339 time.
 	Until Timestamp `json:"until"`
@@ -2810,7 +2848,7 @@ type DeferredData struct {
 
 // DeferredEvent delivery.deferred: the attempt waits (a provider's pace, a breaker) and is queued again later.
 type DeferredEvent struct {
-	// Data delivery.deferred. The attempt waits (a provider's pace, a breaker) and is queued again at `until`.
+	// Data delivery.deferred. The attempt waits (a provider's pace, a breaker, the delivery's window) and may start at `until`, when its message comes back; no attempt is consumed. A rate limit keeps its next free slot for the attempt, so one deferral is the rule.
 	Data DeferredData `json:"data"`
 
 	// RecordedAt An RFC 3339 time.
@@ -2972,6 +3010,9 @@ type DeliveryRequest struct {
 
 	// Recipient An address valid for the channel (an absolute http(s) URL for webhook, E.164 for sms, ...).
 	Recipient string `json:"recipient"`
+
+	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
+	Window *Window `json:"window,omitempty"`
 }
 
 // ErrorClass Why an attempt did not deliver.
@@ -3073,6 +3114,16 @@ type NotificationAccepted struct {
 // NotificationAcceptedDeliveriesState defines model for NotificationAccepted.Deliveries.State.
 type NotificationAcceptedDeliveriesState string
 
+// NotificationRecipient defines model for NotificationRecipient.
+type NotificationRecipient struct {
+	// Channel A configured channel (webhook, email, sms, ...); another is 400.
+	Channel   Channel `json:"channel"`
+	Recipient string  `json:"recipient"`
+
+	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
+	Window *Window `json:"window,omitempty"`
+}
+
 // NotificationRequest defines model for NotificationRequest.
 type NotificationRequest struct {
 	// MaxAttempts At most the server's LEDGER_MAX_ATTEMPTS, which is also the default.
@@ -3085,11 +3136,10 @@ type NotificationRequest struct {
 	Priority *Priority `json:"priority,omitempty"`
 
 	// Recipients Each (channel, recipient) pair once; a repeat is 400 naming it.
-	Recipients []struct {
-		// Channel A configured channel (webhook, email, sms, ...); another is 400.
-		Channel   Channel `json:"channel"`
-		Recipient string  `json:"recipient"`
-	} `json:"recipients"`
+	Recipients []NotificationRecipient `json:"recipients"`
+
+	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
+	Window *Window `json:"window,omitempty"`
 }
 
 // OutcomeUnknownEvent delivery.outcome_unknown: the provider may have acted, and the ledger cannot know.
@@ -3699,6 +3749,22 @@ type View struct {
 
 // ViewName defines model for View.Name.
 type ViewName string
+
+// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
+type Window struct {
+	// Days The days the window opens; absent or empty, every day.
+	Days *[]WindowDays `json:"days,omitempty"`
+
+	// End Differs from start.
+	End   string `json:"end"`
+	Start string `json:"start"`
+
+	// Timezone An IANA time zone ("Europe/Berlin", "UTC").
+	Timezone string `json:"timezone"`
+}
+
+// WindowDays defines model for Window.Days.
+type WindowDays string
 
 // DeliveryID A UUID in its canonical lower-case form.
 type DeliveryID = UUID

@@ -101,11 +101,8 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 	accepted, err := client.AcceptNotificationWithResponse(ctx,
 		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.NewString()},
 		apiclient.NotificationRequest{
-			Payload: apiclient.Payload{"text": "hello"},
-			Recipients: []struct {
-				Channel   apiclient.Channel `json:"channel"`
-				Recipient string            `json:"recipient"`
-			}{{Channel: "webhook", Recipient: receiver.URL}},
+			Payload:    apiclient.Payload{"text": "hello"},
+			Recipients: []apiclient.NotificationRecipient{{Channel: "webhook", Recipient: receiver.URL}},
 		})
 	if err != nil {
 		t.Fatal(err)
