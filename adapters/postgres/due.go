@@ -82,6 +82,20 @@ ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED`
 
 const dueDelete = `DELETE FROM due_work WHERE delivery_id = $1 AND version = $2`
 
+// dueRetireStale deletes, in one statement, up to $2 retry and deferral rows due by $1 whose
+// delivery has recorded an event since the one that set them: the delayed copy came back (or the
+// delivery moved on otherwise), so there is nothing to hand out. Under a sustained rate of
+// deferrals most rows end this way, and one statement keeps the table small where a
+// transaction per row could fall behind. Rows another pass holds are left to it.
+const dueRetireStale = `DELETE FROM due_work WHERE delivery_id IN (
+  SELECT d.delivery_id FROM due_work d
+  WHERE d.due_at <= $1 AND d.kind <> 'send'
+    AND EXISTS (SELECT 1 FROM events e WHERE e.delivery_id = d.delivery_id AND e.version = d.version + 1)
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// dueRetireBatch is the most stale rows one round deletes at once.
+const dueRetireBatch = 5000
+
 // DueStore hands out the due rows (commands.DueStore).
 type DueStore struct {
 	pool   *pgxpool.Pool
@@ -95,9 +109,15 @@ func NewDueStore(pool *pgxpool.Pool) *DueStore {
 	return &DueStore{pool: pool, events: NewEventStore(pool)}
 }
 
-// TakeDue implements commands.DueStore: one transaction per row, which holds the row's lock
-// while step decides and commits the decision with the row's deletion.
+// TakeDue implements commands.DueStore: stale retry and deferral rows are retired in one
+// statement first (they would hand out nothing), then one transaction per row holds the row's
+// lock while step decides and commits the decision with the row's deletion.
 func (s *DueStore) TakeDue(ctx context.Context, sendBy, resendBy time.Time, limit int, step commands.DueStep) (int, error) {
+	tag, err := s.pool.Exec(ctx, dueRetireStale, resendBy, dueRetireBatch)
+	if err != nil {
+		return 0, fmt.Errorf("retire stale due rows: %w", err)
+	}
+	retired := int(tag.RowsAffected())
 	taken := 0
 	failed := []string{}
 	var errs []error
@@ -119,7 +139,7 @@ func (s *DueStore) TakeDue(ctx context.Context, sendBy, resendBy time.Time, limi
 		}
 		taken++
 	}
-	return taken, errors.Join(errs...)
+	return retired + taken, errors.Join(errs...)
 }
 
 // takeOne takes the earliest due row in a transaction of its own. It reports whether there was

@@ -130,3 +130,63 @@ func TestDueRowOfACancelledDeliveryIsRetired(t *testing.T) {
 		t.Fatalf("after the round: %d outbox messages, %d due rows; want none", messages, rows)
 	}
 }
+
+// TestDueRowsOfRetriesThatCameBackAreRetiredUnseen: of two retrying deliveries past their due
+// time and the grace, the one whose delayed copy came back (queued since) has its row retired
+// by the bulk statement, never handed to a step; the one still retrying is handed out, once,
+// and only after the grace.
+func TestDueRowsOfRetriesThatCameBackAreRetiredUnseen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
+	retrying := func() *domain.Delivery {
+		d, events := acceptedEvents(t)
+		for _, step := range []func() ([]domain.Event, error){
+			func() ([]domain.Event, error) { return d.Queue(now) },
+			func() ([]domain.Event, error) { return d.StartAttempt("webhook", now) },
+			func() ([]domain.Event, error) {
+				return d.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomeTransient, Provider: "webhook"}, policy, now, 0.5)
+			},
+		} {
+			more, err := step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, more...)
+		}
+		if err := b.store.Append(ctx, events, nil); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	came := retrying()
+	queued, err := came.Queue(now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Append(ctx, queued, nil); err != nil {
+		t.Fatal(err)
+	}
+	lost := retrying()
+
+	due := postgres.NewDueStore(b.schema.Pool)
+	var handed []string
+	step := func(_ context.Context, row commands.DueRow) ([]domain.Event, []commands.OutboxMessage, error) {
+		handed = append(handed, row.DeliveryID)
+		return nil, nil, nil
+	}
+	at := *lost.NextAttemptAt() // both retries are due then (the same jitter)
+	if n, err := due.TakeDue(ctx, at.Add(time.Hour), at.Add(-time.Millisecond), 10, step); err != nil || n != 0 || len(handed) != 0 {
+		t.Fatalf("within the grace: %d rows (%v), handed %v", n, err, handed)
+	}
+	n, err := due.TakeDue(ctx, at.Add(time.Hour), at.Add(time.Minute), 10, step)
+	if err != nil || n != 2 || len(handed) != 1 || handed[0] != lost.ID() {
+		t.Fatalf("after the grace: %d rows (%v), handed %v; want 2, only %s handed", n, err, handed, lost.ID())
+	}
+	var rows int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM due_work`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d due rows left (%v)", rows, err)
+	}
+}
