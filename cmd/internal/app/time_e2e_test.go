@@ -72,6 +72,18 @@ func TestScheduledDeliveryGoesOutAtItsTime(t *testing.T) {
 		t.Fatalf("accept answered %s, want scheduled", state)
 	}
 	b.waitListed(t, "/v1/deliveries?state=scheduled", id, farID)
+	// send_at is part of the request: the same body again is the first answer, another send_at
+	// under the key is another request.
+	if again, state := b.acceptAt(t, "soon-1", b.sink.URL+"/soon", sendAt); again != id || state != string(domain.StateScheduled) {
+		t.Fatalf("the repeat answered %s %s, want %s scheduled", again, state, id)
+	}
+	resp, body := b.do(t, "POST", "/v1/deliveries", "soon-1", map[string]any{
+		"channel": "webhook", "recipient": b.sink.URL + "/soon", "payload": map[string]any{"k": "soon-1"},
+		"send_at": sendAt.Add(time.Second).Format(time.RFC3339Nano),
+	})
+	if resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("the key with another send_at: %d %s, want 422", resp.StatusCode, body)
+	}
 	st := b.waitState(t, id, domain.StateDelivered, 10*time.Second)
 	calls := b.sink.times(id)
 	if len(calls) != 1 || calls[0].Before(sendAt) {
@@ -91,7 +103,7 @@ func TestScheduledDeliveryGoesOutAtItsTime(t *testing.T) {
 	}
 	b.waitState(t, past, domain.StateDelivered, 10*time.Second)
 
-	resp, body := b.refusing().do(t, "POST", "/v1/deliveries", "too-far-1", map[string]any{
+	resp, body = b.refusing().do(t, "POST", "/v1/deliveries", "too-far-1", map[string]any{
 		"channel": "webhook", "recipient": b.sink.URL + "/x", "payload": map[string]any{},
 		"send_at": time.Now().Add(367 * 24 * time.Hour).Format(time.RFC3339),
 	})
