@@ -11,6 +11,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/deliveryledger/ledger/adapters/amqp/amqptest"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -303,5 +304,51 @@ func TestDueWorkSurvivesDeletedQueues(t *testing.T) {
 	calls = b.sink.times(retrying)
 	if len(calls) != 2 || calls[1].Before(next) || calls[1].Sub(next.Add(grace)) > 2*time.Second {
 		t.Fatalf("retrying delivery called at %v, want twice, the second within 2 s of %s + %s", calls, next, grace)
+	}
+}
+
+// TestCancelledWhileTheBrokerHoldsItsMessage: a queued delivery whose work message waits on the
+// broker (no worker runs) is cancelled; the worker that starts later takes the message, acks it
+// and calls nothing.
+func TestCancelledWhileTheBrokerHoldsItsMessage(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	cfg := testConfig(t, schema)
+	cfg.Roles = "api,relay,projector"
+	b := startApp(t, schema, cfg)
+	id := b.accept(t, "held-1", b.sink.URL+"/held", domain.PriorityNormal)
+	b.waitState(t, id, domain.StateQueued, 10*time.Second)
+	if status, body := b.cancel(t, id); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, body)
+	}
+
+	wcfg := cfg
+	wcfg.Roles = "worker"
+	startApp(t, schema, wcfg)
+	conn := amqptest.Dial(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	work := b.app.topology.Work(webhook.Name, domain.PriorityNormal)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		q, err := ch.QueueDeclarePassive(work, true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("inspect %s: %v", work, err)
+		}
+		if q.Messages == 0 && q.Consumers > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds %d messages (%d consumers)", work, q.Messages, q.Consumers)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a call the message led to would have reached the sink
+	if got := b.sink.count(id); got != 0 {
+		t.Fatalf("the cancelled delivery was called %d times", got)
+	}
+	if got := strings.Join(states(b.history(t, id)), ","); got != "accepted,queued,cancelled" {
+		t.Fatalf("states %s, want accepted,queued,cancelled", got)
 	}
 }
