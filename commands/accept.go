@@ -33,6 +33,9 @@ type AcceptNotification struct {
 	// MaxAttempts of zero takes the server's policy.
 	MaxAttempts int
 	Recipients  []Recipient
+	// SendAt, when after the accept's now, schedules every delivery for that time (at most
+	// domain.MaxSendAhead ahead); at or before it, they are sent at once.
+	SendAt *time.Time
 }
 
 // AcceptedDelivery is one delivery of an accepted notification.
@@ -47,6 +50,8 @@ type AcceptResult struct {
 	NotificationID string             `json:"notification_id"`
 	Deliveries     []AcceptedDelivery `json:"deliveries"`
 	AcceptedAt     time.Time          `json:"accepted_at"`
+	// SendAt is set when the deliveries were scheduled: they are scheduled, not accepted.
+	SendAt *time.Time `json:"send_at,omitempty"`
 	// Replayed is true when the answer is the stored one of an earlier identical request.
 	Replayed bool `json:"-"`
 }
@@ -141,7 +146,15 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		priority = domain.PriorityNormal
 	}
 	now := h.clock.Now()
+	scheduled, err := checkSendAt(cmd.SendAt, now)
+	if err != nil {
+		return AcceptResult{}, err
+	}
 	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now}
+	if scheduled {
+		sendAt := cmd.SendAt.UTC()
+		result.SendAt = &sendAt
+	}
 	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash,
 		NotificationID: result.NotificationID, Payload: cmd.Payload}
 	for _, r := range cmd.Recipients {
@@ -164,6 +177,16 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		}, now)
 		if err != nil {
 			return AcceptResult{}, err
+		}
+		if scheduled {
+			// No work message yet: the due pass queues the delivery at its time.
+			more, err := d.Schedule(*cmd.SendAt, now)
+			if err != nil {
+				return AcceptResult{}, err
+			}
+			rec.Events = append(rec.Events, append(events, more...)...)
+			result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient})
+			continue
 		}
 		// The accept's span is the root of the delivery's trace: its messages name it, and
 		// every later hop starts under it (tracing.Continue).

@@ -54,42 +54,61 @@ func (h *RedriveHandler) handle(ctx context.Context, deliveryID string, olderTha
 		return ctx, false, err
 	}
 	now := h.clock.Now()
-	var attempt int
-	var markQueued bool
-	switch d.State() {
-	case domain.StateAccepted:
-		attempt, markQueued = 1, true
-	case domain.StateQueued:
-		attempt = d.Attempt()
-	case domain.StateRetrying:
-		attempt = d.Attempt() + 1
-	default:
-		return ctx, false, nil
-	}
 	waitingSince := d.UpdatedAt()
 	if due := d.NextAttemptAt(); due != nil && due.After(waitingSince) {
 		waitingSince = *due
 	}
-	if !waitingSince.Before(olderThan) {
+	attempt, _, waits := resendTarget(d)
+	if !waits || !waitingSince.Before(olderThan) {
 		return ctx, false, nil
 	}
-	key := fmt.Sprintf("%s/redrive/%d/%s", deliveryID, attempt, strconv.FormatInt(now.UnixNano(), 36))
 	// The redrive is a later hop of the delivery's trace: a span under its root, which the
 	// redriven message's consume links to.
 	ctx, span := h.span(ctx, d, attempt)
 	defer span.End()
-	msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, h.topics.Work(d.Channel(), d.Priority()), attempt, now, key, markQueued)
+	msg, _, err := resendMessage(ctx, h.topics, d, now, "redrive")
 	if err != nil {
 		tracing.Fail(span, err)
 		return ctx, false, err
 	}
-	msg.ID = uuid.NewSHA1(messageNamespace, []byte(key)).String()
 	if err := h.store.Append(ctx, nil, []OutboxMessage{msg}); err != nil {
 		err = fmt.Errorf("redrive %s: %w", deliveryID, err)
 		tracing.Fail(span, err)
 		return ctx, false, err
 	}
 	return ctx, true, nil
+}
+
+// resendTarget names the attempt whose work message d waits for, and whether the relay must
+// record it queued once the broker has it; waits is false when d waits for no worker.
+func resendTarget(d *domain.Delivery) (attempt int, markQueued, waits bool) {
+	switch d.State() {
+	case domain.StateAccepted:
+		return 1, true, true
+	case domain.StateQueued:
+		return d.Attempt(), false, true
+	case domain.StateRetrying:
+		return d.Attempt() + 1, false, true
+	}
+	return 0, false, false
+}
+
+// resendMessage builds a new copy of the work message d waits for, under a key of its own
+// (why/attempt/now), for the redrive and the due pass: a copy of a message that was not lost is
+// harmless, since workers skip an attempt another copy has started or closed (domain.CopyOf).
+// ok is false when d waits for no worker.
+func resendMessage(ctx context.Context, topics Topics, d *domain.Delivery, now time.Time, why string) (OutboxMessage, bool, error) {
+	attempt, markQueued, waits := resendTarget(d)
+	if !waits {
+		return OutboxMessage{}, false, nil
+	}
+	key := fmt.Sprintf("%s/%s/%d/%s", d.ID(), why, attempt, strconv.FormatInt(now.UnixNano(), 36))
+	msg, err := workMessageFor(tracing.Continue(ctx, d.Trace()), d, topics.Work(d.Channel(), d.Priority()), attempt, now, key, markQueued)
+	if err != nil {
+		return OutboxMessage{}, false, err
+	}
+	msg.ID = uuid.NewSHA1(messageNamespace, []byte(key)).String()
+	return msg, true, nil
 }
 
 // span starts the redrive's span ("redrive <channel>") under the root of d's trace.

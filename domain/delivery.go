@@ -82,6 +82,11 @@ type Delivery struct {
 	// the last it failed over to); failovers counts the attempt's failovers.
 	calling   string
 	failovers int
+	// started is set once any attempt has started: from then on a cancel is refused.
+	started bool
+	// sendAt is the scheduled send_at; cancelled the cancel that ended the delivery.
+	sendAt    *time.Time
+	cancelled *Cancelled
 
 	acceptedAt time.Time
 	updatedAt  time.Time
@@ -203,6 +208,10 @@ func ptrTo(data any) any {
 		return &v
 	case FailOver:
 		return &v
+	case Scheduled:
+		return &v
+	case Cancelled:
+		return &v
 	}
 	return data
 }
@@ -237,6 +246,13 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.attempt = v.Attempt
 		d.lookups = 0
 		d.calling, d.failovers = v.Provider, 0
+		d.started = true
+	case *Scheduled:
+		sendAt := v.SendAt
+		d.sendAt, d.nextDueAt = &sendAt, &sendAt
+	case *Cancelled:
+		d.cancelled = v
+		d.nextDueAt = nil
 	case *FailOver:
 		d.calling = v.To
 		d.failovers++
@@ -777,7 +793,8 @@ func (d *Delivery) Awaiting() *ProviderAcceptance { return d.awaiting }
 // LastResult returns the result of the latest closed attempt, or nil.
 func (d *Delivery) LastResult() *AttemptResult { return d.lastResult }
 
-// NextAttemptAt returns when the next attempt is due, for a retrying delivery.
+// NextAttemptAt returns when the next attempt is due: for a retrying delivery, a deferred one,
+// or a scheduled one (its send_at).
 func (d *Delivery) NextAttemptAt() *time.Time { return d.nextDueAt }
 
 // AcceptedAt returns when the delivery was accepted.

@@ -301,6 +301,10 @@ func DecodeData(e Event) (any, error) {
 		v = &ReceiptData{}
 	case EventFailedOver:
 		v = &FailOver{}
+	case EventScheduled:
+		v = &Scheduled{}
+	case EventCancelled:
+		v = &Cancelled{}
 	default:
 		return nil, fmt.Errorf("event %d of %s: unknown type %q", e.Version, e.DeliveryID, e.Type)
 	}

@@ -14,11 +14,18 @@ const (
 
 	// StateAccepted: the accept command has committed the delivery and its outbox message.
 	// The relay (after the broker confirmed the message) or a worker (if it saw the message
-	// first) moves it to queued.
+	// first) moves it to queued; the accept itself moves it on to scheduled when it asks for a
+	// send_at ahead, and a cancel to cancelled.
 	StateAccepted State = "accepted"
 
+	// StateScheduled: the accept asked for a send_at ahead; no work message exists yet, only
+	// a row with its due time in PostgreSQL. The due pass (commands.DuePass) moves it to queued
+	// when that time comes, a cancel to cancelled.
+	StateScheduled State = "scheduled"
+
 	// StateQueued: the work message is on the broker. A worker moves it to processing when it
-	// starts an attempt; a rate-limited message stays queued (EventDeferred).
+	// starts an attempt; a rate-limited message stays queued (EventDeferred). A cancel moves it
+	// to cancelled while no attempt of it has ever started (Delivery.Cancel guards that).
 	StateQueued State = "queued"
 
 	// StateProcessing: a worker has started an attempt and is calling the provider. Only the
@@ -40,18 +47,22 @@ const (
 	// was written, a worker died mid-call). Only reconciliation moves it to delivered, dead or
 	// retrying; no automatic resend happens, because a blind resend is how duplicates happen.
 	StateUnknown State = "unknown"
+
+	// StateCancelled is terminal: a caller's cancel came before any attempt started, and no
+	// attempt ever will (a worker's start is refused from it, invariant 8).
+	StateCancelled State = "cancelled"
 )
 
 // States lists every state a delivery can be in, in lifecycle order.
 var States = []State{
-	StateAccepted, StateQueued, StateProcessing, StateRetrying,
-	StateDelivered, StateDead, StateUnknown,
+	StateAccepted, StateScheduled, StateQueued, StateProcessing, StateRetrying,
+	StateDelivered, StateDead, StateUnknown, StateCancelled,
 }
 
 // Terminal reports whether no automatic step moves a delivery out of s. Unknown is not terminal:
 // it waits for reconciliation, but no worker acts on it.
 func (s State) Terminal() bool {
-	return s == StateDelivered || s == StateDead
+	return s == StateDelivered || s == StateDead || s == StateCancelled
 }
 
 // Valid reports whether s names a state of the contract.
@@ -107,6 +118,11 @@ const (
 	// the next one, before that one is called: the history always names the provider a call
 	// went to, also when the worker dies during it.
 	EventFailedOver EventType = "delivery.failed_over"
+	// EventScheduled records that the delivery waits for its send_at; it carries that time.
+	EventScheduled EventType = "delivery.scheduled"
+	// EventCancelled records a caller's cancel, with its reason and actor, before any attempt
+	// started.
+	EventCancelled EventType = "delivery.cancelled"
 )
 
 // EventTypes lists every event type.
@@ -114,6 +130,7 @@ var EventTypes = []EventType{
 	EventAccepted, EventQueued, EventDeferred, EventAttemptStarted, EventDelivered, EventRetryScheduled,
 	EventDeadLettered, EventOutcomeUnknown, EventReconciledDelivered, EventReconciledDead,
 	EventReconciledRetry, EventReplayed, EventProviderAccepted, EventReceiptRecorded, EventFailedOver,
+	EventScheduled, EventCancelled,
 }
 
 // Preserving reports whether an event of type t keeps whatever state the delivery is in: it
@@ -123,9 +140,20 @@ func Preserving(t EventType) bool { return t == EventReceiptRecorded }
 // transitions is the whole state machine, written once: from state, event type → next state.
 // A pair that is not here is refused.
 var transitions = map[State]map[EventType]State{
-	StateNone:     {EventAccepted: StateAccepted},
-	StateAccepted: {EventQueued: StateQueued, EventReceiptRecorded: StateAccepted},
-	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued, EventReceiptRecorded: StateQueued},
+	StateNone: {EventAccepted: StateAccepted},
+	StateAccepted: {
+		EventQueued:          StateQueued,
+		EventScheduled:       StateScheduled,
+		EventCancelled:       StateCancelled,
+		EventReceiptRecorded: StateAccepted,
+	},
+	StateScheduled: {EventQueued: StateQueued, EventCancelled: StateCancelled, EventReceiptRecorded: StateScheduled},
+	StateQueued: {
+		EventAttemptStarted:  StateProcessing,
+		EventDeferred:        StateQueued,
+		EventCancelled:       StateCancelled,
+		EventReceiptRecorded: StateQueued,
+	},
 	StateProcessing: {
 		EventDelivered:        StateDelivered,
 		EventRetryScheduled:   StateRetrying,
@@ -145,6 +173,7 @@ var transitions = map[State]map[EventType]State{
 		EventReplayed:            StateQueued,
 	},
 	StateDelivered: {EventReceiptRecorded: StateDelivered},
+	StateCancelled: {EventReceiptRecorded: StateCancelled},
 }
 
 // TransitionError is returned when an event is not allowed in a state.

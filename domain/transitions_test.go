@@ -8,9 +8,21 @@ import (
 // expectedTransitions is the lifecycle of docs/design.md written out again, independently of the
 // table in state.go, so that a change to either one shows up as a failing pair.
 var expectedTransitions = map[State]map[EventType]State{
-	StateNone:     {EventAccepted: StateAccepted},
-	StateAccepted: {EventQueued: StateQueued, EventReceiptRecorded: StateAccepted},
-	StateQueued:   {EventAttemptStarted: StateProcessing, EventDeferred: StateQueued, EventReceiptRecorded: StateQueued},
+	StateNone: {EventAccepted: StateAccepted},
+	StateAccepted: {
+		EventQueued:          StateQueued,
+		EventScheduled:       StateScheduled, // a send_at ahead, recorded by the accept
+		EventCancelled:       StateCancelled,
+		EventReceiptRecorded: StateAccepted,
+	},
+	// The due pass queues a scheduled delivery at its time; a cancel ends it before.
+	StateScheduled: {EventQueued: StateQueued, EventCancelled: StateCancelled, EventReceiptRecorded: StateScheduled},
+	StateQueued: {
+		EventAttemptStarted:  StateProcessing,
+		EventDeferred:        StateQueued,
+		EventCancelled:       StateCancelled, // only while no attempt ever started (Delivery.Cancel)
+		EventReceiptRecorded: StateQueued,
+	},
 	StateProcessing: {
 		EventDelivered:        StateDelivered,
 		EventRetryScheduled:   StateRetrying,
@@ -31,6 +43,8 @@ var expectedTransitions = map[State]map[EventType]State{
 	},
 	// A receipt is evidence in every state, a delivered delivery's included: it changes nothing.
 	StateDelivered: {EventReceiptRecorded: StateDelivered},
+	// Cancelled is terminal: nothing but evidence follows it, above all no attempt's start.
+	StateCancelled: {EventReceiptRecorded: StateCancelled},
 }
 
 // allStates is StateNone plus every state of the contract.
@@ -113,7 +127,7 @@ func TestStatesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	wire := []State{"accepted", "queued", "processing", "retrying", "delivered", "dead", "unknown"}
+	wire := []State{"accepted", "scheduled", "queued", "processing", "retrying", "delivered", "dead", "unknown", "cancelled"}
 	if len(States) != len(wire) {
 		t.Errorf("States has %d elements, the wire contract has %d", len(States), len(wire))
 	}
@@ -137,13 +151,14 @@ func TestEventTypesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 15 {
-		t.Errorf("EventTypes has %d distinct types, want 15", len(seen))
+	if len(seen) != 17 {
+		t.Errorf("EventTypes has %d distinct types, want 17", len(seen))
 	}
 }
 
 // TestEveryStateButDeliveredHasAWayOut: a way out is an event that leads to another state; an
-// event that keeps the state (a deferral, a receipt) is not one.
+// event that keeps the state (a deferral, a receipt) is not one. Delivered and cancelled are
+// final.
 func TestEveryStateButDeliveredHasAWayOut(t *testing.T) {
 	t.Parallel()
 
@@ -155,9 +170,9 @@ func TestEveryStateButDeliveredHasAWayOut(t *testing.T) {
 			}
 		}
 		switch {
-		case from == StateDelivered && len(exits) != 0:
-			t.Errorf("delivered is final but %v leave it", exits)
-		case from != StateDelivered && len(exits) == 0:
+		case (from == StateDelivered || from == StateCancelled) && len(exits) != 0:
+			t.Errorf("%s is final but %v leave it", from, exits)
+		case from != StateDelivered && from != StateCancelled && len(exits) == 0:
 			t.Errorf("state %q has no way out", from)
 		}
 	}
@@ -185,11 +200,11 @@ func TestPreservingKeepsEveryState(t *testing.T) {
 	}
 }
 
-func TestTerminalOnlyDeliveredAndDead(t *testing.T) {
+func TestTerminalOnlyDeliveredDeadAndCancelled(t *testing.T) {
 	t.Parallel()
 
 	for _, s := range allStates() {
-		want := s == StateDelivered || s == StateDead
+		want := s == StateDelivered || s == StateDead || s == StateCancelled
 		if got := s.Terminal(); got != want {
 			t.Errorf("%q.Terminal() = %v, want %v", s, got, want)
 		}

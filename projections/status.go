@@ -119,6 +119,10 @@ func (r *StatusRow) apply(e domain.Event) error {
 		}
 		r.NextAttemptAt = microPtr(v.NextAttemptAt)
 		r.CheckAt, r.GiveUpAt = nil, nil
+	case *domain.Scheduled:
+		r.NextAttemptAt = microPtr(&v.SendAt) // the status view lists a scheduled send by its time
+	case *domain.Cancelled:
+		r.NextAttemptAt = nil
 	case *domain.Replayed:
 		r.Attempts = v.Attempt
 		r.ProviderOperationID, r.LastErrorClass, r.LastError, r.LastStatusCode = "", "", "", 0

@@ -27,6 +27,7 @@ type deliveryRequest struct {
 	Priority    string          `json:"priority"`
 	MaxAttempts *int            `json:"max_attempts"`
 	Window      *domain.Window  `json:"window"`
+	SendAt      *string         `json:"send_at"`
 }
 
 // notificationRequest is the body of POST /v1/notifications.
@@ -36,6 +37,7 @@ type notificationRequest struct {
 	Priority    string             `json:"priority"`
 	MaxAttempts *int               `json:"max_attempts"`
 	Window      *domain.Window     `json:"window"`
+	SendAt      *string            `json:"send_at"`
 }
 
 type recipientRequest struct {
@@ -72,7 +74,7 @@ func newNotificationAccepted(res commands.AcceptResult) notificationAccepted {
 	out := notificationAccepted{ID: res.NotificationID, AcceptedAt: storedPrecision(res.AcceptedAt),
 		Deliveries: make([]acceptedDelivery, len(res.Deliveries))}
 	for i, d := range res.Deliveries {
-		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: domain.StateAccepted}
+		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: acceptedState(res)}
 	}
 	return out
 }
@@ -96,6 +98,9 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
+	if cmd.SendAt, err = parseSendAt(req.SendAt); err != nil {
+		return err
+	}
 	if err := s.checkRecipient("", req.Channel, req.Recipient, cmd.Payload); err != nil {
 		return err
 	}
@@ -113,7 +118,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	d := res.Deliveries[0]
 	w.Header().Set("Location", "/v1/deliveries/"+d.ID)
 	s.writeAccepted(w, r, res.Replayed, deliveryAccepted{ID: d.ID, NotificationID: res.NotificationID,
-		State: domain.StateAccepted, Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt)})
+		State: acceptedState(res), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt)})
 	return nil
 }
 
@@ -130,6 +135,9 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	}
 	cmd, err := acceptCommand(req.Payload, req.Priority, req.MaxAttempts)
 	if err != nil {
+		return err
+	}
+	if cmd.SendAt, err = parseSendAt(req.SendAt); err != nil {
 		return err
 	}
 	switch {
@@ -289,6 +297,10 @@ func (s *server) checkRecipient(prefix, channel, recipient string, payload json.
 func (s *server) accept(r *http.Request, tenant, key string, body []byte, cmd commands.AcceptNotification, hasMaxAttempts bool) (commands.AcceptResult, error) {
 	cmd.Tenant, cmd.RequestKey, cmd.RequestHash = tenant, key, requestHash(r.Method, r.URL.Path, body)
 	res, err := s.deps.Accept.Handle(r.Context(), cmd)
+	var field *commands.InvalidField
+	if errors.As(err, &field) && field.Field == "send_at" {
+		return res, invalid(field.Field, "%s", field.Reason)
+	}
 	if err != nil && hasMaxAttempts && errors.Is(err, domain.ErrInvalidDelivery) {
 		// Every other rule of the aggregate was checked above; the one the handler adds is the
 		// server's maximum number of attempts, so this is the member at fault.

@@ -93,6 +93,10 @@ type Deps struct {
 	// OperatorRequests keeps the answers of keyed DLQ replays (Idempotency-Key on POST
 	// /v1/dlq/replay); required with Replay and Views.
 	OperatorRequests commands.RequestStore
+	// Cancel, when set, cancels deliveries (POST /v1/deliveries/{id}/cancel) and, with
+	// Notifications, each delivery of a notification (POST /v1/notifications/{id}/cancel).
+	Cancel        *commands.CancelHandler
+	Notifications commands.NotificationDeliveries
 	// ReplayJobs, when set, creates and shows replay jobs (POST /v1/replays, GET
 	// /v1/replays/{id}, GET /v1/replays).
 	ReplayJobs *commands.ReplayJobs

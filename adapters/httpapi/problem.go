@@ -108,6 +108,9 @@ func problemFor(err error) problem {
 		// Fixed text: the store's error may carry database detail.
 		p.Status, p.Field = http.StatusConflict, headerIdempotencyKey
 		p.Detail = "a request with this Idempotency-Key is still being processed; retry later"
+	case errors.As(err, new(*domain.CancelRefused)):
+		p.Status, p.Field = http.StatusConflict, "state"
+		p.Detail, _ = cancelRefusedDetail(err)
 	case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrNotUnknown):
 		// The delivery is real but in a state the decision does not apply to.
 		p.Status, p.Field = http.StatusConflict, "state"

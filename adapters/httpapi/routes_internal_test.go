@@ -21,6 +21,7 @@ import (
 type idleDeps struct{}
 
 func (idleDeps) LoadOf(context.Context, string, string) ([]domain.Event, error) { panic("called") }
+func (idleDeps) DeliveriesOf(context.Context, string, string) ([]string, error) { panic("called") }
 func (idleDeps) RequestLookup(context.Context, string, string) ([]byte, error)  { panic("called") }
 func (idleDeps) Deliveries(context.Context, string, projections.Filter) (projections.Page[projections.StatusRow], error) {
 	panic("called")
@@ -56,6 +57,7 @@ func fullServer(t *testing.T) *server {
 	t.Helper()
 	deps := Deps{Accept: &commands.AcceptHandler{}, Events: idleDeps{}, Requests: idleDeps{}, Views: idleDeps{},
 		Replay: &commands.ReplayHandler{}, Reconcile: &commands.ReconcileHandler{}, OperatorRequests: idleDeps{},
+		Cancel: &commands.CancelHandler{}, Notifications: idleDeps{},
 		ReplayJobs: &commands.ReplayJobs{}, Receipts: &Receipts{Record: &commands.RecordReceiptHandler{}},
 		Providers: func(context.Context) ([]ProviderView, error) { panic("called") },
 		Ready:     func(context.Context) error { return nil }}

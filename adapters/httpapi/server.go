@@ -151,6 +151,12 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 			s.tenantRoute("POST /v1/dlq/replay", s.replayDLQ, append([]string{"failure_class"}, filters...)...)
 		}
 	}
+	if deps.Cancel != nil {
+		s.tenantRoute("POST /v1/deliveries/{id}/cancel", s.cancelDelivery)
+		if deps.Notifications != nil {
+			s.tenantRoute("POST /v1/notifications/{id}/cancel", s.cancelNotification)
+		}
+	}
 	if deps.Reconcile != nil {
 		s.tenantRoute("POST /v1/deliveries/{id}/reconcile", s.reconcileDelivery)
 	}

@@ -220,8 +220,10 @@ func appendEvents(ctx context.Context, tx execer, events []domain.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, eventsAppend, eventColumnsOf(events)...)
-	return err
+	if _, err := tx.Exec(ctx, eventsAppend, eventColumnsOf(events)...); err != nil {
+		return err
+	}
+	return writeDue(ctx, tx, events)
 }
 
 // eventColumnsOf turns events into the column arrays of eventsAppend, ordered by (delivery,

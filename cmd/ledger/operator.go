@@ -46,7 +46,7 @@ func newOperatorCommands(stdout, stderr io.Writer) *operatorCommands {
 
 // commands are the top-level commands to register.
 func (o *operatorCommands) commands() []*ffcli.Command {
-	return []*ffcli.Command{o.deliveriesCommand(), o.dlqCommand(), o.replayCommand(), o.replaysCommand(), o.reconcileCommand()}
+	return []*ffcli.Command{o.deliveriesCommand(), o.notificationsCommand(), o.dlqCommand(), o.replayCommand(), o.replaysCommand(), o.reconcileCommand()}
 }
 
 // usageError is a command line a command cannot run (a missing operand or flag, a value that does
@@ -398,7 +398,7 @@ func (o *operatorCommands) deliveriesCommand() *ffcli.Command {
 	var lf listSettings
 	listFS := flag.NewFlagSet("ledger deliveries list", flag.ContinueOnError)
 	ls.flags(listFS)
-	lf.flags(listFS, "accepted, queued, processing, retrying, delivered, dead, unknown")
+	lf.flags(listFS, "accepted, scheduled, queued, processing, retrying, delivered, dead, unknown, cancelled")
 	list := o.command(&ffcli.Command{
 		Name:       "list",
 		ShortUsage: "ledger deliveries list [--state S] [--channel C] [--recipient R] [--since T] [--until T] [--limit N] [--cursor X] [--all [--max N]] [--json]",
@@ -469,7 +469,7 @@ func (o *operatorCommands) deliveriesCommand() *ffcli.Command {
 			return o.writeShown(d)
 		},
 	})
-	return o.group("deliveries", "list deliveries, or show one's status and history, through the HTTP API", list, show)
+	return o.group("deliveries", "list deliveries, show one's status and history, or cancel one, through the HTTP API", list, show, o.deliveryCancelCommand())
 }
 
 // noOperands refuses operands to a command that takes none, parsing flags given after them.

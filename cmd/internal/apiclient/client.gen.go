@@ -102,6 +102,57 @@ func (e AttemptStartedEventType) Valid() bool {
 	}
 }
 
+// Defines values for CancelledDataFrom.
+const (
+	CancelledDataFromAccepted  CancelledDataFrom = "accepted"
+	CancelledDataFromQueued    CancelledDataFrom = "queued"
+	CancelledDataFromScheduled CancelledDataFrom = "scheduled"
+)
+
+// Valid indicates whether the value is a known member of the CancelledDataFrom enum.
+func (e CancelledDataFrom) Valid() bool {
+	switch e {
+	case CancelledDataFromAccepted:
+		return true
+	case CancelledDataFromQueued:
+		return true
+	case CancelledDataFromScheduled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelledEventState.
+const (
+	CancelledEventStateCancelled CancelledEventState = "cancelled"
+)
+
+// Valid indicates whether the value is a known member of the CancelledEventState enum.
+func (e CancelledEventState) Valid() bool {
+	switch e {
+	case CancelledEventStateCancelled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelledEventType.
+const (
+	CancelledEventTypeDeliveryCancelled CancelledEventType = "delivery.cancelled"
+)
+
+// Valid indicates whether the value is a known member of the CancelledEventType enum.
+func (e CancelledEventType) Valid() bool {
+	switch e {
+	case CancelledEventTypeDeliveryCancelled:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DLQEntryState.
 const (
 	DLQEntryStateDead    DLQEntryState = "dead"
@@ -230,13 +281,16 @@ func (e DeliveredEventType) Valid() bool {
 
 // Defines values for DeliveryAcceptedState.
 const (
-	DeliveryAcceptedStateAccepted DeliveryAcceptedState = "accepted"
+	DeliveryAcceptedStateAccepted  DeliveryAcceptedState = "accepted"
+	DeliveryAcceptedStateScheduled DeliveryAcceptedState = "scheduled"
 )
 
 // Valid indicates whether the value is a known member of the DeliveryAcceptedState enum.
 func (e DeliveryAcceptedState) Valid() bool {
 	switch e {
 	case DeliveryAcceptedStateAccepted:
+		return true
+	case DeliveryAcceptedStateScheduled:
 		return true
 	default:
 		return false
@@ -271,6 +325,7 @@ func (e ErrorClass) Valid() bool {
 const (
 	EventTypeDeliveryAccepted            EventType = "delivery.accepted"
 	EventTypeDeliveryAttemptStarted      EventType = "delivery.attempt_started"
+	EventTypeDeliveryCancelled           EventType = "delivery.cancelled"
 	EventTypeDeliveryDeadLettered        EventType = "delivery.dead_lettered"
 	EventTypeDeliveryDeferred            EventType = "delivery.deferred"
 	EventTypeDeliveryDelivered           EventType = "delivery.delivered"
@@ -284,6 +339,7 @@ const (
 	EventTypeDeliveryReconciledRetry     EventType = "delivery.reconciled_retry"
 	EventTypeDeliveryReplayed            EventType = "delivery.replayed"
 	EventTypeDeliveryRetryScheduled      EventType = "delivery.retry_scheduled"
+	EventTypeDeliveryScheduled           EventType = "delivery.scheduled"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -292,6 +348,8 @@ func (e EventType) Valid() bool {
 	case EventTypeDeliveryAccepted:
 		return true
 	case EventTypeDeliveryAttemptStarted:
+		return true
+	case EventTypeDeliveryCancelled:
 		return true
 	case EventTypeDeliveryDeadLettered:
 		return true
@@ -318,6 +376,8 @@ func (e EventType) Valid() bool {
 	case EventTypeDeliveryReplayed:
 		return true
 	case EventTypeDeliveryRetryScheduled:
+		return true
+	case EventTypeDeliveryScheduled:
 		return true
 	default:
 		return false
@@ -356,13 +416,16 @@ func (e FailedOverEventType) Valid() bool {
 
 // Defines values for NotificationAcceptedDeliveriesState.
 const (
-	NotificationAcceptedDeliveriesStateAccepted NotificationAcceptedDeliveriesState = "accepted"
+	NotificationAcceptedDeliveriesStateAccepted  NotificationAcceptedDeliveriesState = "accepted"
+	NotificationAcceptedDeliveriesStateScheduled NotificationAcceptedDeliveriesState = "scheduled"
 )
 
 // Valid indicates whether the value is a known member of the NotificationAcceptedDeliveriesState enum.
 func (e NotificationAcceptedDeliveriesState) Valid() bool {
 	switch e {
 	case NotificationAcceptedDeliveriesStateAccepted:
+		return true
+	case NotificationAcceptedDeliveriesStateScheduled:
 		return true
 	default:
 		return false
@@ -692,19 +755,19 @@ func (e ReconciledRetryEventType) Valid() bool {
 
 // Defines values for ReplayJobState.
 const (
-	Cancelled ReplayJobState = "cancelled"
-	Done      ReplayJobState = "done"
-	Running   ReplayJobState = "running"
+	ReplayJobStateCancelled ReplayJobState = "cancelled"
+	ReplayJobStateDone      ReplayJobState = "done"
+	ReplayJobStateRunning   ReplayJobState = "running"
 )
 
 // Valid indicates whether the value is a known member of the ReplayJobState enum.
 func (e ReplayJobState) Valid() bool {
 	switch e {
-	case Cancelled:
+	case ReplayJobStateCancelled:
 		return true
-	case Done:
+	case ReplayJobStateDone:
 		return true
-	case Running:
+	case ReplayJobStateRunning:
 		return true
 	default:
 		return false
@@ -792,14 +855,46 @@ func (e RetryScheduledEventType) Valid() bool {
 	}
 }
 
+// Defines values for ScheduledEventState.
+const (
+	ScheduledEventStateScheduled ScheduledEventState = "scheduled"
+)
+
+// Valid indicates whether the value is a known member of the ScheduledEventState enum.
+func (e ScheduledEventState) Valid() bool {
+	switch e {
+	case ScheduledEventStateScheduled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduledEventType.
+const (
+	ScheduledEventTypeDeliveryScheduled ScheduledEventType = "delivery.scheduled"
+)
+
+// Valid indicates whether the value is a known member of the ScheduledEventType enum.
+func (e ScheduledEventType) Valid() bool {
+	switch e {
+	case ScheduledEventTypeDeliveryScheduled:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for State.
 const (
 	StateAccepted   State = "accepted"
+	StateCancelled  State = "cancelled"
 	StateDead       State = "dead"
 	StateDelivered  State = "delivered"
 	StateProcessing State = "processing"
 	StateQueued     State = "queued"
 	StateRetrying   State = "retrying"
+	StateScheduled  State = "scheduled"
 	StateUnknown    State = "unknown"
 )
 
@@ -807,6 +902,8 @@ const (
 func (e State) Valid() bool {
 	switch e {
 	case StateAccepted:
+		return true
+	case StateCancelled:
 		return true
 	case StateDead:
 		return true
@@ -817,6 +914,8 @@ func (e State) Valid() bool {
 	case StateQueued:
 		return true
 	case StateRetrying:
+		return true
+	case StateScheduled:
 		return true
 	case StateUnknown:
 		return true
@@ -1383,6 +1482,111 @@ const (
 func (e GetDelivery500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery409ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery409ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery413ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery413ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery415ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery415ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
 		return true
 	default:
 		return false
@@ -1956,6 +2160,96 @@ const (
 func (e AcceptNotification500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptNotification500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelNotification400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelNotification400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelNotification400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelNotification401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelNotification401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelNotification401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelNotification404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelNotification404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelNotification404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification413ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelNotification413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification413ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelNotification413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelNotification413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification415ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelNotification415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification415ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelNotification415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelNotification415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelNotification500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelNotification500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelNotification500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
 		return true
 	default:
 		return false
@@ -2724,6 +3018,45 @@ type AttemptStartedEventState string
 // AttemptStartedEventType defines model for AttemptStartedEvent.Type.
 type AttemptStartedEventType string
 
+// CancelRequest The optional body of the cancel endpoints.
+type CancelRequest struct {
+	// Actor Who asks; the key's tenant ("tenant:acme") when absent.
+	Actor *string `json:"actor,omitempty"`
+
+	// Reason Recorded on the cancel event.
+	Reason *string `json:"reason,omitempty"`
+}
+
+// CancelledData delivery.cancelled. Why, by whom, and the state the cancel ended.
+type CancelledData struct {
+	Actor  *string           `json:"actor,omitempty"`
+	From   CancelledDataFrom `json:"from"`
+	Reason *string           `json:"reason,omitempty"`
+}
+
+// CancelledDataFrom defines model for CancelledData.From.
+type CancelledDataFrom string
+
+// CancelledEvent delivery.cancelled: a cancel before any attempt started; terminal, never sent.
+type CancelledEvent struct {
+	// Data delivery.cancelled. Why, by whom, and the state the cancel ended.
+	Data CancelledData `json:"data"`
+
+	// RecordedAt An RFC 3339 time.
+	RecordedAt Timestamp           `json:"recorded_at"`
+	State      CancelledEventState `json:"state"`
+	Type       CancelledEventType  `json:"type"`
+
+	// Version The event's place in its delivery's stream, from 1.
+	Version EventVersion `json:"version"`
+}
+
+// CancelledEventState defines model for CancelledEvent.State.
+type CancelledEventState string
+
+// CancelledEventType defines model for CancelledEvent.Type.
+type CancelledEventType string
+
 // Channel A configured channel (webhook, email, sms, ...); another is 400.
 type Channel = string
 
@@ -3011,6 +3344,11 @@ type DeliveryRequest struct {
 	// Recipient An address valid for the channel (an absolute http(s) URL for webhook, E.164 for sms, ...).
 	Recipient string `json:"recipient"`
 
+	// SendAt RFC 3339. Later than now: the deliveries are `scheduled` and queued at that time (at
+	// most 366 days ahead; further is 400 naming `send_at`). Now or in the past: sent at once.
+	// Part of the request for idempotency like any other member.
+	SendAt *time.Time `json:"send_at,omitempty"`
+
 	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
 	Window *Window `json:"window,omitempty"`
 }
@@ -3114,6 +3452,27 @@ type NotificationAccepted struct {
 // NotificationAcceptedDeliveriesState defines model for NotificationAccepted.Deliveries.State.
 type NotificationAcceptedDeliveriesState string
 
+// NotificationCancelled What the cancel of a notification did to each of its deliveries.
+type NotificationCancelled struct {
+	Deliveries []struct {
+		// Attempt The latest attempt queued or started.
+		Attempt int `json:"attempt"`
+
+		// Cancelled False when an attempt had started for the delivery; `detail` says so.
+		Cancelled bool    `json:"cancelled"`
+		Detail    *string `json:"detail,omitempty"`
+
+		// Id A UUID in its canonical lower-case form.
+		Id UUID `json:"id"`
+
+		// State Where a delivery stands.
+		State State `json:"state"`
+	} `json:"deliveries"`
+
+	// Id A UUID in its canonical lower-case form.
+	Id UUID `json:"id"`
+}
+
 // NotificationRecipient defines model for NotificationRecipient.
 type NotificationRecipient struct {
 	// Channel A configured channel (webhook, email, sms, ...); another is 400.
@@ -3137,6 +3496,11 @@ type NotificationRequest struct {
 
 	// Recipients Each (channel, recipient) pair once; a repeat is 400 naming it.
 	Recipients []NotificationRecipient `json:"recipients"`
+
+	// SendAt RFC 3339. Later than now: the deliveries are `scheduled` and queued at that time (at
+	// most 366 days ahead; further is 400 naming `send_at`). Now or in the past: sent at once.
+	// Part of the request for idempotency like any other member.
+	SendAt *time.Time `json:"send_at,omitempty"`
 
 	// Window When the delivery may be attempted (quiet hours outside it), fixed at acceptance. On a notification it applies to every recipient without a window of its own. An attempt due outside it (the first or a retry) is not made: it is recorded as delivery.deferred with reason "window" and until the next opening, and starts then. An end before the start spans midnight (22:00-06:00 on "fri" is Friday 22:00 to Saturday 06:00); an end of 24:00 is the end of the day. A wall time a daylight saving change skips opens at the change; one it repeats, at its first occurrence. A bad zone, day or time is 400 naming the member (window.timezone, recipients[2].window.start).
 	Window *Window `json:"window,omitempty"`
@@ -3677,17 +4041,45 @@ type RetryScheduledEventState string
 // RetryScheduledEventType defines model for RetryScheduledEvent.Type.
 type RetryScheduledEventType string
 
+// ScheduledData delivery.scheduled. When the delivery is to be sent.
+type ScheduledData struct {
+	// SendAt An RFC 3339 time.
+	SendAt Timestamp `json:"send_at"`
+}
+
+// ScheduledEvent delivery.scheduled: the delivery waits for its send_at; the due pass queues it then.
+type ScheduledEvent struct {
+	// Data delivery.scheduled. When the delivery is to be sent.
+	Data ScheduledData `json:"data"`
+
+	// RecordedAt An RFC 3339 time.
+	RecordedAt Timestamp           `json:"recorded_at"`
+	State      ScheduledEventState `json:"state"`
+	Type       ScheduledEventType  `json:"type"`
+
+	// Version The event's place in its delivery's stream, from 1.
+	Version EventVersion `json:"version"`
+}
+
+// ScheduledEventState defines model for ScheduledEvent.State.
+type ScheduledEventState string
+
+// ScheduledEventType defines model for ScheduledEvent.Type.
+type ScheduledEventType string
+
 // State Where a delivery stands.
 type State string
 
 // StateCounts A count for every state, zeros included.
 type StateCounts struct {
 	Accepted   int `json:"accepted"`
+	Cancelled  int `json:"cancelled"`
 	Dead       int `json:"dead"`
 	Delivered  int `json:"delivered"`
 	Processing int `json:"processing"`
 	Queued     int `json:"queued"`
 	Retrying   int `json:"retrying"`
+	Scheduled  int `json:"scheduled"`
 	Unknown    int `json:"unknown"`
 }
 
@@ -4115,6 +4507,27 @@ type GetDelivery404ApplicationProblemPlusJSONResponseBodyType string
 // GetDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDelivery.
 type GetDelivery500ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelDelivery400ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery400ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery401ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery401ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery404ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery404ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery409ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery409ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery413ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery413ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery415ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery415ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery500ApplicationProblemPlusJSONResponseBodyType string
+
 // GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDeliveryEvents.
 type GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType string
 
@@ -4295,6 +4708,24 @@ type AcceptNotification422ApplicationProblemPlusJSONResponseBodyType string
 // AcceptNotification500ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification500ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelNotification400ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
+type CancelNotification400ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification401ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
+type CancelNotification401ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification404ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
+type CancelNotification404ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification413ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
+type CancelNotification413ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification415ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
+type CancelNotification415ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
+type CancelNotification500ApplicationProblemPlusJSONResponseBodyType string
+
 // ListProviders400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListProviders.
 type ListProviders400ApplicationProblemPlusJSONResponseBodyType string
 
@@ -4464,6 +4895,9 @@ type GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType string
 // AcceptDeliveryJSONRequestBody defines body for AcceptDelivery for application/json ContentType.
 type AcceptDeliveryJSONRequestBody = DeliveryRequest
 
+// CancelDeliveryJSONRequestBody defines body for CancelDelivery for application/json ContentType.
+type CancelDeliveryJSONRequestBody = CancelRequest
+
 // ReconcileDeliveryJSONRequestBody defines body for ReconcileDelivery for application/json ContentType.
 type ReconcileDeliveryJSONRequestBody = ReconcileRequest
 
@@ -4475,6 +4909,9 @@ type ReplayDLQPageJSONRequestBody = ReplayRequest
 
 // AcceptNotificationJSONRequestBody defines body for AcceptNotification for application/json ContentType.
 type AcceptNotificationJSONRequestBody = NotificationRequest
+
+// CancelNotificationJSONRequestBody defines body for CancelNotification for application/json ContentType.
+type CancelNotificationJSONRequestBody = CancelRequest
 
 // RecordReceiptJSONRequestBody defines body for RecordReceipt for application/json ContentType.
 type RecordReceiptJSONRequestBody = RecordReceiptJSONBody
@@ -4995,6 +5432,74 @@ func (t *Event) MergeFailedOverEvent(v FailedOverEvent) error {
 	return err
 }
 
+// AsScheduledEvent returns the union data inside the Event as a ScheduledEvent
+func (t Event) AsScheduledEvent() (ScheduledEvent, error) {
+	var body ScheduledEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromScheduledEvent overwrites any union data inside the Event as the provided ScheduledEvent
+func (t *Event) FromScheduledEvent(v ScheduledEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"delivery.scheduled"}`))
+	t.union = b
+	return err
+}
+
+// MergeScheduledEvent performs a merge with any union data inside the Event, using the provided ScheduledEvent
+func (t *Event) MergeScheduledEvent(v ScheduledEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"delivery.scheduled"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsCancelledEvent returns the union data inside the Event as a CancelledEvent
+func (t Event) AsCancelledEvent() (CancelledEvent, error) {
+	var body CancelledEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCancelledEvent overwrites any union data inside the Event as the provided CancelledEvent
+func (t *Event) FromCancelledEvent(v CancelledEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"delivery.cancelled"}`))
+	t.union = b
+	return err
+}
+
+// MergeCancelledEvent performs a merge with any union data inside the Event, using the provided CancelledEvent
+func (t *Event) MergeCancelledEvent(v CancelledEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"delivery.cancelled"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 func (t Event) Discriminator() (string, error) {
 	var discriminator struct {
 		Discriminator string `json:"type"`
@@ -5013,6 +5518,8 @@ func (t Event) ValueByDiscriminator() (interface{}, error) {
 		return t.AsAcceptedEvent()
 	case "delivery.attempt_started":
 		return t.AsAttemptStartedEvent()
+	case "delivery.cancelled":
+		return t.AsCancelledEvent()
 	case "delivery.dead_lettered":
 		return t.AsDeadLetteredEvent()
 	case "delivery.deferred":
@@ -5039,6 +5546,8 @@ func (t Event) ValueByDiscriminator() (interface{}, error) {
 		return t.AsReplayedEvent()
 	case "delivery.retry_scheduled":
 		return t.AsRetryScheduledEvent()
+	case "delivery.scheduled":
+		return t.AsScheduledEvent()
 	default:
 		return nil, errors.New("unknown discriminator value: " + discriminator)
 	}
@@ -5207,6 +5716,32 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/deliveries/{id} (the `GetDelivery` operationId).
 	GetDelivery(ctx context.Context, id DeliveryID, params *GetDeliveryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CancelDeliveryWithBody Cancel a delivery no attempt has started for
+	//
+	// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+	// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+	// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+	// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+	// naming the state and the attempt.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+	CancelDeliveryWithBody(ctx context.Context, id DeliveryID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelDelivery Cancel a delivery no attempt has started for
+	//
+	// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+	// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+	// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+	// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+	// naming the state and the attempt.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+	CancelDelivery(ctx context.Context, id DeliveryID, body CancelDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetDeliveryEvents A delivery's history, every event in version order
 	//
 	// Corresponds with GET /v1/deliveries/{id}/events (the `GetDeliveryEvents` operationId).
@@ -5313,6 +5848,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/notifications (the `AcceptNotification` operationId).
 	AcceptNotification(ctx context.Context, params *AcceptNotificationParams, body AcceptNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelNotificationWithBody Cancel each delivery of a notification
+	//
+	// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+	// started for is listed with `cancelled: false`, its state and attempt. A notification the
+	// tenant does not have is `404`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+	CancelNotificationWithBody(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelNotification Cancel each delivery of a notification
+	//
+	// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+	// started for is listed with `cancelled: false`, its state and attempt. A notification the
+	// tenant does not have is `404`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+	CancelNotification(ctx context.Context, id UUID, body CancelNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListProviders Every provider, its channel and its health
 	//
@@ -5630,6 +6187,52 @@ func (c *Client) GetDelivery(ctx context.Context, id DeliveryID, params *GetDeli
 	return c.Client.Do(req)
 }
 
+// CancelDeliveryWithBody Cancel a delivery no attempt has started for
+//
+// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+// naming the state and the attempt.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+func (c *Client) CancelDeliveryWithBody(ctx context.Context, id DeliveryID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelDeliveryRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelDelivery Cancel a delivery no attempt has started for
+//
+// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+// naming the state and the attempt.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+func (c *Client) CancelDelivery(ctx context.Context, id DeliveryID, body CancelDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelDeliveryRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetDeliveryEvents A delivery's history, every event in version order
 //
 // Corresponds with GET /v1/deliveries/{id}/events (the `GetDeliveryEvents` operationId).
@@ -5827,6 +6430,48 @@ func (c *Client) AcceptNotificationWithBody(ctx context.Context, params *AcceptN
 // Corresponds with POST /v1/notifications (the `AcceptNotification` operationId).
 func (c *Client) AcceptNotification(ctx context.Context, params *AcceptNotificationParams, body AcceptNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAcceptNotificationRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelNotificationWithBody Cancel each delivery of a notification
+//
+// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+// started for is listed with `cancelled: false`, its state and attempt. A notification the
+// tenant does not have is `404`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+func (c *Client) CancelNotificationWithBody(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelNotificationRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelNotification Cancel each delivery of a notification
+//
+// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+// started for is listed with `cancelled: false`, its state and attempt. A notification the
+// tenant does not have is `404`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+func (c *Client) CancelNotification(ctx context.Context, id UUID, body CancelNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelNotificationRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6502,6 +7147,53 @@ func NewGetDeliveryRequest(server string, id DeliveryID, params *GetDeliveryPara
 	return req, nil
 }
 
+// NewCancelDeliveryRequest calls the generic CancelDelivery builder with application/json body
+func NewCancelDeliveryRequest(server string, id DeliveryID, body CancelDeliveryJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCancelDeliveryRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCancelDeliveryRequestWithBody constructs an http.Request for the CancelDelivery method, with any body, and a specified content type
+func NewCancelDeliveryRequestWithBody(server string, id DeliveryID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/deliveries/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetDeliveryEventsRequest constructs an http.Request for the GetDeliveryEvents method
 func NewGetDeliveryEventsRequest(server string, id DeliveryID) (*http.Request, error) {
 	var err error
@@ -6998,6 +7690,53 @@ func NewAcceptNotificationRequestWithBody(server string, params *AcceptNotificat
 		req.Header.Set("Idempotency-Key", headerParam0)
 
 	}
+
+	return req, nil
+}
+
+// NewCancelNotificationRequest calls the generic CancelNotification builder with application/json body
+func NewCancelNotificationRequest(server string, id UUID, body CancelNotificationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCancelNotificationRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCancelNotificationRequestWithBody constructs an http.Request for the CancelNotification method, with any body, and a specified content type
+func NewCancelNotificationRequestWithBody(server string, id UUID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/notifications/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -7592,6 +8331,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/deliveries/{id} (the `GetDelivery` operationId).
 	GetDeliveryWithResponse(ctx context.Context, id DeliveryID, params *GetDeliveryParams, reqEditors ...RequestEditorFn) (*GetDeliveryResponse, error)
 
+	// CancelDeliveryWithBodyWithResponse Cancel a delivery no attempt has started for
+	//
+	// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+	// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+	// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+	// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+	// naming the state and the attempt.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+	CancelDeliveryWithBodyWithResponse(ctx context.Context, id DeliveryID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelDeliveryResponse, error)
+
+	// CancelDeliveryWithResponse Cancel a delivery no attempt has started for
+	//
+	// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+	// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+	// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+	// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+	// naming the state and the attempt.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+	CancelDeliveryWithResponse(ctx context.Context, id DeliveryID, body CancelDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelDeliveryResponse, error)
+
 	// GetDeliveryEventsWithResponse A delivery's history, every event in version order
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7702,6 +8467,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/notifications (the `AcceptNotification` operationId).
 	AcceptNotificationWithResponse(ctx context.Context, params *AcceptNotificationParams, body AcceptNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*AcceptNotificationResponse, error)
+
+	// CancelNotificationWithBodyWithResponse Cancel each delivery of a notification
+	//
+	// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+	// started for is listed with `cancelled: false`, its state and attempt. A notification the
+	// tenant does not have is `404`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+	CancelNotificationWithBodyWithResponse(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelNotificationResponse, error)
+
+	// CancelNotificationWithResponse Cancel each delivery of a notification
+	//
+	// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+	// started for is listed with `cancelled: false`, its state and attempt. A notification the
+	// tenant does not have is `404`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+	CancelNotificationWithResponse(ctx context.Context, id UUID, body CancelNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelNotificationResponse, error)
 
 	// ListProvidersWithResponse Every provider, its channel and its health
 	//
@@ -8379,6 +9166,110 @@ func (r GetDeliveryResponse) ContentType() string {
 	return ""
 }
 
+// CancelDeliveryResponse401Headers the declared response headers of an HTTP 401 response for CancelDelivery
+type CancelDeliveryResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+// CancelDeliveryResponse409Headers the declared response headers of an HTTP 409 response for CancelDelivery
+type CancelDeliveryResponse409Headers struct {
+	RetryAfter *int
+}
+
+type CancelDeliveryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Delivery
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *DeliveryNotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelDeliveryResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CancelDeliveryResponse409Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelDeliveryResponse) GetJSON200() *Delivery {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON404() *DeliveryNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelDeliveryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelDeliveryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelDeliveryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelDeliveryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetDeliveryEventsResponse401Headers the declared response headers of an HTTP 401 response for GetDeliveryEvents
 type GetDeliveryEventsResponse401Headers struct {
 	WWWAuthenticate string
@@ -8955,6 +9846,96 @@ func (r AcceptNotificationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AcceptNotificationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelNotificationResponse401Headers the declared response headers of an HTTP 401 response for CancelNotification
+type CancelNotificationResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type CancelNotificationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NotificationCancelled
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *DeliveryNotFound
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelNotificationResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelNotificationResponse) GetJSON200() *NotificationCancelled {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelNotificationResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelNotificationResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelNotificationResponse) GetApplicationproblemJSON404() *DeliveryNotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CancelNotificationResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CancelNotificationResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelNotificationResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelNotificationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelNotificationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelNotificationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelNotificationResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9932,6 +10913,44 @@ func (c *ClientWithResponses) GetDeliveryWithResponse(ctx context.Context, id De
 	return ParseGetDeliveryResponse(rsp)
 }
 
+// CancelDeliveryWithBodyWithResponse Cancel a delivery no attempt has started for
+//
+// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+// naming the state and the attempt.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+func (c *ClientWithResponses) CancelDeliveryWithBodyWithResponse(ctx context.Context, id DeliveryID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelDeliveryResponse, error) {
+	rsp, err := c.CancelDeliveryWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelDeliveryResponse(rsp)
+}
+
+// CancelDeliveryWithResponse Cancel a delivery no attempt has started for
+//
+// An `accepted`, `scheduled` or `queued` delivery whose first attempt has not started
+// becomes `cancelled` (terminal, `delivery.cancelled` with reason and actor) and is never
+// sent: no provider call follows a `200`, whatever the broker still holds. A repeat answers
+// the same `200`. Once an attempt has started (or finished) it is `409` (field `state`)
+// naming the state and the attempt.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/deliveries/{id}/cancel (the `CancelDelivery` operationId).
+func (c *ClientWithResponses) CancelDeliveryWithResponse(ctx context.Context, id DeliveryID, body CancelDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelDeliveryResponse, error) {
+	rsp, err := c.CancelDelivery(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelDeliveryResponse(rsp)
+}
+
 // GetDeliveryEventsWithResponse A delivery's history, every event in version order
 //
 // Returns a wrapper object for the known response body format(s).
@@ -10101,6 +11120,40 @@ func (c *ClientWithResponses) AcceptNotificationWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseAcceptNotificationResponse(rsp)
+}
+
+// CancelNotificationWithBodyWithResponse Cancel each delivery of a notification
+//
+// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+// started for is listed with `cancelled: false`, its state and attempt. A notification the
+// tenant does not have is `404`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+func (c *ClientWithResponses) CancelNotificationWithBodyWithResponse(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelNotificationResponse, error) {
+	rsp, err := c.CancelNotificationWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelNotificationResponse(rsp)
+}
+
+// CancelNotificationWithResponse Cancel each delivery of a notification
+//
+// Each delivery is cancelled as by POST /v1/deliveries/{id}/cancel; one an attempt has
+// started for is listed with `cancelled: false`, its state and attempt. A notification the
+// tenant does not have is `404`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
+func (c *ClientWithResponses) CancelNotificationWithResponse(ctx context.Context, id UUID, body CancelNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelNotificationResponse, error) {
+	rsp, err := c.CancelNotification(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelNotificationResponse(rsp)
 }
 
 // ListProvidersWithResponse Every provider, its channel and its health
@@ -10784,6 +11837,104 @@ func ParseGetDeliveryResponse(rsp *http.Response) (*GetDeliveryResponse, error) 
 	return response, nil
 }
 
+// ParseCancelDeliveryResponse parses an HTTP response from a CancelDeliveryWithResponse call
+func ParseCancelDeliveryResponse(rsp *http.Response) (*CancelDeliveryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelDeliveryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Delivery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest DeliveryNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CancelDeliveryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CancelDeliveryResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers409 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetDeliveryEventsResponse parses an HTTP response from a GetDeliveryEventsWithResponse call
 func ParseGetDeliveryEventsResponse(rsp *http.Response) (*GetDeliveryEventsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11325,6 +12476,87 @@ func ParseAcceptNotificationResponse(rsp *http.Response) (*AcceptNotificationRes
 			headers.RetryAfter = &value
 		}
 		response.Headers409 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelNotificationResponse parses an HTTP response from a CancelNotificationWithResponse call
+func ParseCancelNotificationResponse(rsp *http.Response) (*CancelNotificationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelNotificationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NotificationCancelled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest DeliveryNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CancelNotificationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
 	}
 
 	return response, nil

@@ -273,6 +273,8 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		// batcher.
 		Replay:           replay,
 		Reconcile:        reconcile,
+		Cancel:           commands.NewCancelHandler(a.store, clock),
+		Notifications:    a.store,
 		OperatorRequests: a.store,
 		ReplayJobs:       a.replayJobs,
 		Receipts:         a.receiptIntake(clock, policies),
@@ -363,6 +365,11 @@ func (a *App) Run(ctx context.Context) error {
 			redrive := commands.NewRedriveHandler(a.store, a.topology, commands.SystemClock{})
 			start("redrive", commands.NewRedriver(redrive, a.views, a.cfg.RedriveAfter, a.logger.With("role", "relay")).Run)
 		}
+		// The due pass hands out what falls due from PostgreSQL (scheduled sends, overdue
+		// retries and deferrals); every relay runs it, and they share it row by row.
+		due := commands.NewDuePass(postgres.NewDueStore(a.pool), a.store, a.topology, commands.SystemClock{}, a.logger.With("role", "relay"))
+		due.Grace = a.cfg.DueGrace
+		start("due pass", due.Run)
 		start("outbox prune", func(ctx context.Context) error {
 			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
 		})

@@ -90,10 +90,13 @@ type Config struct {
 	MaxAttempts           int
 	RetryAfterMax         time.Duration
 	RedriveAfter          time.Duration
-	ShutdownTimeout       time.Duration
-	LogLevel              string
-	Roles                 string
-	PriorityShares        string
+	// DueGrace is how long a retry or deferral may be overdue before the due pass sends its
+	// work again (the delay tier's copy is presumed lost).
+	DueGrace        time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	Roles           string
+	PriorityShares  string
 	// Backpressure at the worker–provider boundary.
 	ProviderConcurrency int
 	HostConcurrency     int
@@ -176,6 +179,7 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxAttempts, "max-attempts", domain.DefaultMaxAttempts, "attempts per delivery (default and maximum of a request's max_attempts; at most 100)")
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", domain.DefaultRetryAfterMax, "longest provider Retry-After honoured")
 	fs.DurationVar(&c.RedriveAfter, "redrive-after", defaultRedriveAfter, "resend the work message of a delivery that has waited this long past its due time with no progress (0: never)")
+	fs.DurationVar(&c.DueGrace, "due-grace", commands.DefaultDueGrace, "how long past its due time a retry or deferral waits for its delayed message before the due pass sends the work again")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long in-flight attempts may finish after SIGTERM")
 	fs.StringVar(&c.Roles, "roles", defaultRoles, "comma-separated roles to run: "+strings.Join(allRoles, ", "))
 	fs.StringVar(&c.PriorityShares, "priority-shares", defaultPriorityShares, "reserved share (percent) of worker slots per priority class; unused share is lent")

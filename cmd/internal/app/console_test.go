@@ -639,6 +639,31 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	// A scheduled delivery offers a cancel, and only that; the cancel is recorded with its reason
+	// and the delivery is never sent.
+	t.Run("CancelAScheduledDelivery", func(t *testing.T) {
+		t.Parallel()
+		id, _ := b.acceptAt(t, "console-cancel-1", b.sink.URL+"/cancel/later", time.Now().Add(time.Hour))
+		tab := newConsoleTab(t, browser, site, shots)
+		tab.signIn("acme-key", "")
+		tab.open("#/deliveries/"+id, "Delivery")
+		tab.waitFor("the cancel form", `document.querySelector("#cancel-form")`)
+		if consoleEval[bool](tab, `!!document.querySelector("#replay-form") || !!document.querySelector("#reconcile-form")`) {
+			t.Fatal("a scheduled delivery offers a replay or a reconciliation")
+		}
+		tab.typeInto("#cancel-reason", "campaign withdrawn")
+		tab.click("#cancel-submit")
+		tab.waitFor("the cancelled state", `document.querySelector("#delivery-state")?.dataset.state === "cancelled"`)
+		if consoleEval[bool](tab, `!!document.querySelector("#actions form")`) {
+			t.Fatal("a cancelled delivery offers an action")
+		}
+		tab.screenshot("console-delivery-cancelled", consoleDesktop)
+		events := eventsOfType(b.history(t, id), domain.EventCancelled)
+		if len(events) != 1 || !strings.Contains(string(events[0].Data), "campaign withdrawn") || b.sink.count(id) != 0 {
+			t.Fatalf("cancels %+v, %d calls; want one with the reason and no call", events, b.sink.count(id))
+		}
+	})
+
 	// The list filtered by state shows that state only.
 	t.Run("FilterTheListByState", func(t *testing.T) {
 		t.Parallel()

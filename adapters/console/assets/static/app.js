@@ -18,10 +18,10 @@
 
 (() => {
   const KEY_STORAGE = 'ledger.console.apiKey';
-  const STATES = ['accepted', 'queued', 'processing', 'retrying', 'delivered', 'dead', 'unknown'];
+  const STATES = ['accepted', 'scheduled', 'queued', 'processing', 'retrying', 'delivered', 'dead', 'unknown', 'cancelled'];
   // A delivery page polls while the delivery is in none of these. unknown waits for an operator
   // (or a receipt), which the page's own action or a reload shows.
-  const SETTLED = new Set(['delivered', 'dead', 'unknown']);
+  const SETTLED = new Set(['delivered', 'dead', 'unknown', 'cancelled']);
   const FAILURE_CLASSES = ['permanent', 'transient', 'unknown', 'panic'];
   const POLL_MS = 1000;
   const OVERVIEW_REFRESH_MS = 30000;
@@ -844,13 +844,43 @@
         : el('pre', { class: 'payload', id: 'payload-json', tabindex: '0', 'aria-label': 'Payload as JSON', text: JSON.stringify(payload, null, 2) }));
   }
 
-  // renderActions shows the decisions the state allows, and nothing else: replay for dead,
-  // reconcile for unknown. It reports whether it showed one.
+  // renderActions shows the decisions the state allows, and nothing else: cancel for scheduled,
+  // replay for dead, reconcile for unknown. It reports whether it showed one.
   function renderActions(box, d, page, done) {
     box.replaceChildren();
+    if (d.state === 'scheduled') box.append(cancelForm(d, page, done));
     if (d.state === 'dead') box.append(replayForm(d, page, done));
     if (d.state === 'unknown') box.append(reconcileForm(d, page, done));
     return box.childElementCount > 0;
+  }
+
+  function cancelForm(d, page, done) {
+    const reason = el('textarea', { name: 'reason', maxlength: '500' });
+    const actor = actorField('cancel-actor');
+    const button = el('button', { type: 'submit', class: 'button', id: 'cancel-submit', text: 'Cancel delivery' });
+    const out = el('div', { 'aria-live': 'polite' });
+    const when = d.next_attempt_at ? ' at ' + d.next_attempt_at : '';
+    const form = el('form', { class: 'panel', id: 'cancel-form', 'aria-labelledby': 'cancel-h' },
+      el('h2', { id: 'cancel-h', text: 'Cancel' }),
+      el('p', {}, 'This delivery is scheduled to be sent' + when + '. A cancel ends it for good: it is never sent.'),
+      field('cancel-reason', 'Reason', reason, 'Optional; recorded in the history (at most 500 characters).'),
+      actor.field,
+      el('div', { class: 'actions-row' }, button), out);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      out.replaceChildren();
+      button.disabled = true;
+      try {
+        // A repeat of a cancel answers the same: a double submit is harmless.
+        await api('POST', '/v1/deliveries/' + encodeURIComponent(d.id) + '/cancel', { body: withActor({ reason: reason.value.trim() }, actor.input), signal: page.signal });
+        form.remove();
+        done('Cancelled: the delivery will not be sent.');
+      } catch (err) {
+        button.disabled = false;
+        if (!page.gone) out.append(problemBox(err));
+      }
+    });
+    return form;
   }
 
   function replayForm(d, page, done) {

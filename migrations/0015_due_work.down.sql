@@ -1,0 +1,2 @@
+DROP INDEX events_notification_of_stream;
+DROP TABLE due_work;
