@@ -643,7 +643,7 @@ func TestConsole(t *testing.T) {
 	// and the delivery is never sent.
 	t.Run("CancelAScheduledDelivery", func(t *testing.T) {
 		t.Parallel()
-		id, _ := b.acceptAt(t, "console-cancel-1", b.sink.URL+"/cancel/later", time.Now().Add(time.Hour))
+		id, _ := b.acceptAt(t, "console-cancel-scheduled", b.sink.URL+"/cancel/later", time.Now().Add(time.Hour))
 		tab := newConsoleTab(t, browser, site, shots)
 		tab.signIn("acme-key", "")
 		tab.open("#/deliveries/"+id, "Delivery")
@@ -844,15 +844,22 @@ func TestConsole(t *testing.T) {
 			document.querySelector("#job-cancel").hidden && document.querySelector("#live")?.textContent.includes("cancelled")`)
 		tab.screenshot("console-replay-job-cancelled", consoleDesktop)
 		_, raw = b.do(t, "GET", "/v1/replays/"+job.ID, "", nil)
-		if err := json.Unmarshal(raw, &job); err != nil || job.State != "cancelled" || job.Replayed != 1 {
-			t.Fatalf("after the cancel: %s, want cancelled with one replayed", raw)
+		// The click meant for the first pause may land in the second on a loaded machine: the
+		// job must stop at the page after it either way, short of the third.
+		if err := json.Unmarshal(raw, &job); err != nil || job.State != "cancelled" || job.Replayed < 1 || job.Replayed > 2 {
+			t.Fatalf("after the cancel: %s, want cancelled with one or two replayed", raw)
 		}
-		replayed := 0
+		replayed, stillDead := 0, 0
 		for _, id := range ids {
-			replayed += len(eventsOfType(b.history(t, id), domain.EventReplayed))
+			h := b.history(t, id)
+			n := len(eventsOfType(h, domain.EventReplayed))
+			replayed += n
+			if n == 0 && h[len(h)-1].Type == string(domain.EventDeadLettered) {
+				stillDead++
+			}
 		}
-		if replayed != 1 {
-			t.Fatalf("%d replays after a cancel in the first pause, want 1", replayed)
+		if replayed != job.Replayed || stillDead != 3-job.Replayed {
+			t.Fatalf("%d replays and %d still dead after a cancel with %d replayed, want the rest dead", replayed, stillDead, job.Replayed)
 		}
 	})
 }
