@@ -26,7 +26,7 @@ type deliveryRequest struct {
 	Payload     json.RawMessage `json:"payload"`
 	Priority    string          `json:"priority"`
 	MaxAttempts *int            `json:"max_attempts"`
-	Window      *domain.Window  `json:"window"`
+	Window      *windowRequest  `json:"window"`
 	SendAt      *string         `json:"send_at"`
 }
 
@@ -36,14 +36,14 @@ type notificationRequest struct {
 	Recipients  []recipientRequest `json:"recipients"`
 	Priority    string             `json:"priority"`
 	MaxAttempts *int               `json:"max_attempts"`
-	Window      *domain.Window     `json:"window"`
+	Window      *windowRequest     `json:"window"`
 	SendAt      *string            `json:"send_at"`
 }
 
 type recipientRequest struct {
 	Channel   string         `json:"channel"`
 	Recipient string         `json:"recipient"`
-	Window    *domain.Window `json:"window"`
+	Window    *windowRequest `json:"window"`
 }
 
 // deliveryAccepted is the 202 answer of POST /v1/deliveries.
@@ -104,10 +104,10 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err := s.checkRecipient("", req.Channel, req.Recipient, cmd.Payload); err != nil {
 		return err
 	}
-	if err := checkWindow("", req.Window); err != nil {
+	if err := checkWindow("", req.Window.get()); err != nil {
 		return err
 	}
-	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient, Window: req.Window}}
+	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient, Window: req.Window.get()}}
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
 		return fanOutField(err, "payload")
@@ -148,7 +148,7 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	}
 	// A delivery's id derives from (notification, channel, recipient): a repeated pair would be
 	// the same delivery twice, so it is refused rather than silently merged.
-	if err := checkWindow("", req.Window); err != nil {
+	if err := checkWindow("", req.Window.get()); err != nil {
 		return err
 	}
 	seen := make(map[[2]string]int, len(req.Recipients))
@@ -162,11 +162,11 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 			return invalid(prefix, "repeats recipients[%d] (same channel and recipient)", first)
 		}
 		seen[pair] = i
-		if err := checkWindow(prefix+".", rr.Window); err != nil {
+		if err := checkWindow(prefix+".", rr.Window.get()); err != nil {
 			return err
 		}
 		cmd.Recipients = append(cmd.Recipients, commands.Recipient{Channel: rr.Channel, Recipient: rr.Recipient,
-			Window: cmp.Or(rr.Window, req.Window)})
+			Window: cmp.Or(rr.Window.get(), req.Window.get())})
 	}
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
@@ -352,6 +352,10 @@ func decodeJSON(body []byte, v any) error {
 
 // jsonProblem turns a decoding error into a 400 that names the member when it can.
 func jsonProblem(err error) error {
+	var named *requestError
+	if errors.As(err, &named) {
+		return err // a member's own decoder named it (windowRequest)
+	}
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
