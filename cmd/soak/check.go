@@ -34,12 +34,14 @@ type evidence struct {
 	sends          []smsSend
 	twilioListed   []string
 	twilioKilledAt time.Time
+	// cancels is the canceller's final answer for each delivery it cancelled.
+	cancels map[string]string
 }
 
 // verdict is the checker's finding, over every channel unless a field says otherwise.
 type verdict struct {
-	Missing, Stuck           int
-	Delivered, Dead, Unknown int
+	Missing, Stuck                      int
+	Delivered, Dead, Unknown, Cancelled int
 	// The unknown outcomes by what made them: the call's answer never came in time (a slow
 	// answer, a reset after the request was written), the worker stopped mid-call, or a
 	// provider took the message and no receipt or lookup said what became of it in time.
@@ -52,8 +54,10 @@ type verdict struct {
 	// Gone counts deliveries whose first attempt the sink answered 410; Replayed the deliveries
 	// with a replay in their history.
 	Gone, Replayed int
-	// SMS is what the checker found about the SMS deliveries.
+	// SMS is what the checker found about the SMS deliveries, Schedule about the scheduled
+	// sends and the cancels.
 	SMS      smsVerdict
+	Schedule scheduleVerdict
 	Failures []string
 	// examples are delivery ids whose history is printed after the failures.
 	examples map[string]string
@@ -140,7 +144,7 @@ func readHistory(events []domain.Event) (*history, error) {
 			h.outcome[v.Attempt] = e.Type
 		}
 		switch e.Type {
-		case domain.EventDelivered, domain.EventDeadLettered, domain.EventReconciledDelivered, domain.EventReconciledDead:
+		case domain.EventDelivered, domain.EventDeadLettered, domain.EventReconciledDelivered, domain.EventReconciledDead, domain.EventCancelled:
 			h.terminal = append(h.terminal, e.Type)
 		case domain.EventReplayed:
 			h.terminal, h.replays = nil, h.replays+1
@@ -163,7 +167,8 @@ func (h *history) deliveredAttempt() int {
 }
 
 // check runs checks 1 to 3 on the evidence: nothing lost, one terminal state each, every sink
-// reception explained by the history, and every SMS the fakes took explained by its attempts.
+// reception explained by the history, every SMS the fakes took explained by its attempts, and
+// every scheduled send and cancel kept to its word.
 func check(ev evidence) *verdict {
 	v := &verdict{}
 	if len(ev.unaccepted) > 0 {
@@ -200,6 +205,7 @@ func check(ev evidence) *verdict {
 	checkSink(v, ev, accepted, histories)
 	checkReplays(v, ev, histories)
 	checkSMS(v, ev, histories)
+	checkSchedule(v, ev, histories)
 	return v
 }
 
@@ -264,6 +270,8 @@ func checkHistory(v *verdict, id, key string, h *history) {
 		}
 	case domain.StateUnknown:
 		v.Unknown++
+	case domain.StateCancelled:
+		v.Cancelled++
 	default:
 		v.Stuck++
 		v.example(id, "stuck in "+string(state))

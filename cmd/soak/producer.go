@@ -19,11 +19,14 @@ import (
 // producer sends the deliveries through the API, one Idempotency-Key each: to the webhook sink,
 // or as SMS where the plan says so. While the API process is down or answers 5xx or 409 it sends
 // the same request again (same key, same body) until it gets a 2xx: a key counts as accepted
-// only then.
+// only then. A share of the webhooks carries a send_at a few seconds ahead, and the canceller
+// cancels a share of those once accepted, at times that race their due time.
 type producer struct {
 	api       string
 	sink      string
 	sms       smsPlan
+	schedule  schedulePlan
+	cancels   *canceller
 	run       string
 	n         int
 	clients   int
@@ -37,11 +40,13 @@ type producer struct {
 	ids       map[string]string // Idempotency-Key → delivery id
 	rejected  map[string]string // Idempotency-Key → why the API refused it for good
 	lastError string
+	// scheduled counts the requests sent with a send_at.
+	scheduled atomic.Int64
 }
 
-func newProducer(api, sinkURL string, plan smsPlan, run string, n, clients int, perSecond float64, burst int) *producer {
+func newProducer(api, sinkURL string, plan smsPlan, cancels *canceller, run string, n, clients int, perSecond float64, burst int) *producer {
 	return &producer{
-		api: api, sink: sinkURL, sms: plan, run: run, n: n, clients: clients, perSecond: perSecond, burst: max(burst, 1),
+		api: api, sink: sinkURL, sms: plan, schedule: schedulePlan{sms: plan}, cancels: cancels, run: run, n: n, clients: clients, perSecond: perSecond, burst: max(burst, 1),
 		// No keep-alive: a killed API leaves no stale pooled connection behind, and each retry
 		// finds out at once whether the new process listens.
 		client:   &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
@@ -53,12 +58,15 @@ func newProducer(api, sinkURL string, plan smsPlan, run string, n, clients int, 
 // key is the Idempotency-Key of the i-th delivery.
 func (p *producer) key(i int) string { return fmt.Sprintf("soak-%s-%06d", p.run, i) }
 
-// body is the request of the i-th delivery.
-func (p *producer) body(i int) []byte {
+// body is the request of the i-th delivery, with sendAt when it is not zero.
+func (p *producer) body(i int, sendAt time.Time) []byte {
 	req := map[string]any{
 		"channel":   webhook.Name,
 		"recipient": p.sink,
 		"payload":   map[string]any{"soak": p.run, "n": i},
+	}
+	if !sendAt.IsZero() {
+		req["send_at"] = sendAt.UTC().Format(time.RFC3339Nano)
 	}
 	if j, ok := p.sms.ordinal(i); ok {
 		req = map[string]any{
@@ -105,9 +113,16 @@ func (p *producer) produce(ctx context.Context) {
 	wg.Wait()
 }
 
-// send posts one delivery until the API accepts or refuses it.
+// send posts one delivery until the API accepts or refuses it. A send_at is fixed when the first
+// request is built: a repeat is the same request, and one that comes after the send_at is sent
+// at once by the ledger (the checks read what was scheduled from the history).
 func (p *producer) send(ctx context.Context, i int) {
-	key, body := p.key(i), p.body(i)
+	var sendAt time.Time
+	if ahead, ok := p.schedule.sendAhead(i); ok {
+		sendAt = time.Now().Add(ahead)
+		p.scheduled.Add(1)
+	}
+	key, body := p.key(i), p.body(i, sendAt)
 	pause := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		id, retry, err := p.post(ctx, key, body)
@@ -116,6 +131,9 @@ func (p *producer) send(ctx context.Context, i int) {
 			p.ids[key] = id
 			p.mu.Unlock()
 			p.accepted.Add(1)
+			if offset, ok := p.schedule.cancelAt(i); ok && p.cancels != nil {
+				p.cancels.add(id, sendAt.Add(offset))
+			}
 			return
 		}
 		if !retry {

@@ -61,6 +61,9 @@ type runner struct {
 	tracker  *tracker
 	storm    *receiptStorm
 	replayer *replayer
+	// cancels are the canceller's final answers, once every cancel was answered.
+	canceller *canceller
+	cancels   map[string]string
 	// replaying: the ledger under test replays its DLQ over the API, and the soak does so all
 	// through the run.
 	replaying bool
@@ -193,7 +196,8 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	}
 	r.storm = newReceiptStorm(r.api, postgres.NewEventStore(r.env.pool), r.acceptedIDs)
 	background.Go(func() { r.storm.loop(replayCtx) })
-	r.producer = newProducer(r.api, r.sink.URL(), smsPlan{r.o.SMSShare}, r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
+	r.canceller = newCanceller(ctx, r.api)
+	r.producer = newProducer(r.api, r.sink.URL(), smsPlan{r.o.SMSShare}, r.canceller, r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
 	r.chaos = newChaos(r.procs, r.seed, r.say)
 	if r.o.Twice {
 		r.handovers = newHandoverWatch(r.env.pool)
@@ -206,6 +210,9 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	}()
 	r.runChaos(ctx, produced)
 	<-produced
+	// Every cancel is answered before the wait for the rest: a scheduled delivery is not
+	// settled while its cancel may still come.
+	r.cancels = r.canceller.wait()
 	r.waitSettled(ctx)
 	stopReplays()
 	background.Wait()
@@ -417,7 +424,7 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	}
 	incidents, chaosFailures := r.chaos.snapshot()
 	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents, replaying: r.replaying,
-		sends: sends, twilioListed: r.fakes.listed, twilioKilledAt: r.fakes.killedAt}
+		sends: sends, twilioListed: r.fakes.listed, twilioKilledAt: r.fakes.killedAt, cancels: r.cancels}
 	v := check(ev)
 	for _, f := range chaosFailures {
 		v.fail("chaos: %s", f)
@@ -470,8 +477,12 @@ func (r *runner) report(v *verdict, ev evidence) {
 	r.say("producer: accepted=%d retries=%d replayed=%d (answers repeated for a key already accepted)",
 		r.producer.accepted.Load(), r.producer.retries.Load(), r.producer.replayed.Load())
 	r.say("sink: calls=%d", len(ev.calls))
-	r.say("states: delivered=%d dead=%d unknown=%d (call unanswered %d, worker stopped mid-call %d, no receipt in time %d) missing=%d stuck=%d",
-		v.Delivered, v.Dead, v.Unknown, v.UnknownCall, v.UnknownStopped, v.UnknownNoReceipt, v.Missing, v.Stuck)
+	r.say("states: delivered=%d dead=%d unknown=%d (call unanswered %d, worker stopped mid-call %d, no receipt in time %d) cancelled=%d missing=%d stuck=%d",
+		v.Delivered, v.Dead, v.Unknown, v.UnknownCall, v.UnknownStopped, v.UnknownNoReceipt, v.Cancelled, v.Missing, v.Stuck)
+	sc := v.Schedule
+	r.say("scheduled: %d sent with a send_at 0.5-5 s ahead, %d scheduled in the ledger (delivered=%d unknown=%d dead=%d cancelled=%d); cancels: 200=%d 409=%d other=%d (sent again after no answer or a 5xx %d)",
+		r.producer.scheduled.Load(), sc.Scheduled, sc.Delivered, sc.Unknown, sc.Dead, sc.Cancelled, sc.Cancels200, sc.Cancels409, sc.CancelsOther, r.canceller.retries.Load())
+	r.say("lateness (attempt 1 started − send_at) of the scheduled deliveries: %s", describeLateness(sc.Lateness))
 	s := v.SMS
 	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d)",
 		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting)

@@ -41,14 +41,7 @@ func deliveredSMS(t *testing.T, c smsCase) []domain.Event {
 				ProviderStatus: "delivered", Source: "receipt"}, policy, now, 0)
 		},
 	}
-	for _, step := range steps {
-		more, err := step()
-		if err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, more...)
-	}
-	return events
+	return appendSteps(t, events, steps)
 }
 
 // checkSMSCases runs checkSMS on the cases and returns its failures.
