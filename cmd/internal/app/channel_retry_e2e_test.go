@@ -169,10 +169,12 @@ providers:
 	if len(starts) != 4 {
 		t.Fatalf("%d attempts, want 4", len(starts))
 	}
+	// The server's policy has one tier, 2 s, into which every one of its delays rounds up: a gap
+	// under it shows the channel's own tiers carried the retry, whatever the machine's load adds.
 	for i, delay := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond} {
-		if gap := starts[i+1].Sub(starts[i]); gap < delay || gap >= globalTier/2 {
-			t.Errorf("attempt %d started %s after attempt %d, want at least %s and under %s (the server's tier is %s)",
-				i+2, gap, i+1, delay, globalTier/2, globalTier)
+		if gap := starts[i+1].Sub(starts[i]); gap < delay || gap >= globalTier {
+			t.Errorf("attempt %d started %s after attempt %d, want at least %s and under the server's tier of %s",
+				i+2, gap, i+1, delay, globalTier)
 		}
 	}
 }
