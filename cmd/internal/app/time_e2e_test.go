@@ -250,7 +250,10 @@ func TestDueWorkSurvivesDeletedQueues(t *testing.T) {
 		}
 		return http.StatusOK, nil
 	})
-	sendAt := time.Now().Add(4 * time.Second)
+	// Far enough ahead to be still scheduled when the ledger stops, on a loaded machine too: a
+	// delivery the due pass already queued has left the schedule (its lost message is the
+	// redrive's, as for any queued one).
+	sendAt := time.Now().Add(8 * time.Second)
 	scheduled, _ := b.acceptAt(t, "kept-1", b.sink.URL+"/later", sendAt)
 	retrying := b.accept(t, "kept-2", b.sink.URL+"/flaky", domain.PriorityNormal)
 	b.waitState(t, retrying, domain.StateRetrying, 5*time.Second)
@@ -278,6 +281,9 @@ func TestDueWorkSurvivesDeletedQueues(t *testing.T) {
 		}
 	}
 	ch.Close()
+	if h := b.history(t, scheduled); h[len(h)-1].Type != string(domain.EventScheduled) {
+		t.Fatalf("the scheduled delivery's history ends in %s when the ledger stops, want still scheduled (%s before its send_at)", h[len(h)-1].Type, time.Until(sendAt).Round(time.Millisecond))
+	}
 	b.stop()
 	if err := b.app.topology.Delete(conn); err != nil {
 		t.Fatalf("delete the topology: %v", err)
@@ -286,7 +292,7 @@ func TestDueWorkSurvivesDeletedQueues(t *testing.T) {
 
 	again := startApp(t, b.schema, b.cfg)
 	again.sink = b.sink
-	again.waitState(t, scheduled, domain.StateDelivered, 10*time.Second)
+	again.waitState(t, scheduled, domain.StateDelivered, 15*time.Second)
 	again.waitState(t, retrying, domain.StateDelivered, 10*time.Second)
 
 	calls := b.sink.times(scheduled)
