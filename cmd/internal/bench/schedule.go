@@ -127,10 +127,11 @@ func benchSchedule(ctx context.Context, base app.Config, opts Options, rep *Repo
 	rep.Counts["schedule_pending_queue_message_bytes"] = int(body)
 	rep.Counts["schedule_pending_queue_memory_bytes"] = int(memory)
 
-	lat, sent, late, err := scheduleStream(ctx, env, sink, opts.scheduleRate(), opts.scheduleFor(), far)
+	lat, queued, sent, late, err := scheduleStream(ctx, env, sink, opts.scheduleRate(), opts.scheduleFor(), far)
 	if err != nil {
 		return err
 	}
+	rep.LatencyMS["schedule_queued_lateness_p50"], rep.LatencyMS["schedule_queued_lateness_p99"] = percentile(queued, .5), percentile(queued, .99)
 	rep.Counts["schedule_stream_sent"], rep.Counts["schedule_stream_timed"], rep.Counts["schedule_stream_accepted_late"] = sent, len(lat), late
 	rep.LatencyMS["schedule_lateness_p50"], rep.LatencyMS["schedule_lateness_p99"] = percentile(lat, .5), percentile(lat, .99)
 	rep.Samples[fmt.Sprintf("fire lateness at %d/s", opts.scheduleRate())] = lat
@@ -149,6 +150,7 @@ func benchSchedule(ctx context.Context, base app.Config, opts Options, rep *Repo
 		"accept with send_at %.0f/s, without %.0f/s, %.2fx (>= 0.9: %s); broker messages while only the schedule is pending %d (0: %s), %d message bytes, %d bytes of queue process memory under the prefix",
 		pending, opts.scheduleRate(), opts.scheduleFor(), percentile(lat, .5), p99, met(p99 < 1000), with, without, ratio, met(ratio >= 0.9),
 		messages, met(messages == 0), body, memory)
+	benchLog(out, "  of which until the due pass queued it (queued − send_at): p50 %.1f ms p99 %.1f ms", percentile(queued, .5), percentile(queued, .99))
 	if late > 0 {
 		benchLog(out, "schedule: %d stream accepts answered after their send_at (sent at once, not timed)", late)
 	}
@@ -301,9 +303,10 @@ func prefixQueues(ctx context.Context, base app.Config, env *benchEnv) (messages
 
 // scheduleStream accepts, open loop, rate deliveries a second for d, each scheduleLead ahead of
 // its send_at, waits for them to be delivered, and returns each one's fire lateness (its
-// attempt_started event's recorded_at − its send_at, ms, sorted) from the histories, how many
-// it sent, and how many accepts were answered after their send_at.
-func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate int, d time.Duration, far time.Time) ([]float64, int, int, error) {
+// attempt_started event's recorded_at − its send_at, ms, sorted) from the histories, the part of
+// it until the due pass queued it (queued − send_at), how many it sent, and how many accepts
+// were answered after their send_at.
+func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate int, d time.Duration, far time.Time) ([]float64, []float64, int, int, error) {
 	requests := max(1, rate/scheduleStreamGroup)
 	total := max(1, int(float64(requests)*d.Seconds()))
 	received := sink.received.Load()
@@ -321,28 +324,30 @@ func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate in
 		return nil
 	})
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, nil, 0, 0, err
 	}
 	sent := total * scheduleStreamGroup
 	waitReceived(sink, received+int64(sent), scheduleLead+scheduleSettleAfterTheStream)
-	rows, err := env.pool.Query(ctx, `SELECT extract(epoch FROM min(a.recorded_at) - (s.data->>'send_at')::timestamptz) * 1000
+	rows, err := env.pool.Query(ctx, `SELECT extract(epoch FROM min(a.recorded_at) - (s.data->>'send_at')::timestamptz) * 1000,
+			extract(epoch FROM min(q.recorded_at) - (s.data->>'send_at')::timestamptz) * 1000
 		FROM events s JOIN events a ON a.delivery_id = s.delivery_id AND a.type = 'delivery.attempt_started'
+		JOIN events q ON q.delivery_id = s.delivery_id AND q.type = 'delivery.queued'
 		WHERE s.type = 'delivery.scheduled' AND (s.data->>'send_at')::timestamptz < $1
 		GROUP BY s.delivery_id, s.data->>'send_at'`, far.Add(-time.Hour))
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("fire lateness: %w", err)
+		return nil, nil, 0, 0, fmt.Errorf("fire lateness: %w", err)
 	}
 	defer rows.Close()
-	var lat latencies
+	var lat, queued latencies
 	for rows.Next() {
-		var ms float64
-		if err := rows.Scan(&ms); err != nil {
-			return nil, 0, 0, err
+		var ms, q float64
+		if err := rows.Scan(&ms, &q); err != nil {
+			return nil, nil, 0, 0, err
 		}
-		lat.v = append(lat.v, ms)
+		lat.v, queued.v = append(lat.v, ms), append(queued.v, q)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, 0, err
+		return nil, nil, 0, 0, err
 	}
-	return lat.sorted(), sent, int(late.Load()), nil
+	return lat.sorted(), queued.sorted(), sent, int(late.Load()), nil
 }
