@@ -26,12 +26,12 @@ type DueStep func(ctx context.Context, row DueRow) ([]domain.Event, []OutboxMess
 
 // DueStore hands out due rows. postgres.DueStore implements it.
 type DueStore interface {
-	// TakeDue hands out up to limit rows one at a time, earliest first: sends due by sendBy,
-	// retries and deferrals due by resendBy. Each is locked while step decides, so that
-	// several passes at once never hand out one row twice, and what step returns commits with
-	// the row's removal in one transaction (the row stays if that fails). A retry or deferral
-	// row whose delivery has recorded an event since may be retired without step. It returns how
-	// many rows it handled, and the failures of the rows it had to leave.
+	// TakeDue hands out up to limit rows, earliest first: sends due by sendBy, retries and
+	// deferrals due by resendBy. Each is locked while step decides, so that several passes at
+	// once never hand out one row twice, and what step returns commits with the row's removal
+	// in one transaction, which may hold other rows too (the row stays if that fails). A retry
+	// or deferral row whose delivery has recorded an event since may be retired without step.
+	// It returns how many rows it handled, and the failures of the rows it had to leave.
 	TakeDue(ctx context.Context, sendBy, resendBy time.Time, limit int, step DueStep) (int, error)
 }
 

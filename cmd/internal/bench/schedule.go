@@ -31,6 +31,7 @@ const (
 	quickScheduleRate            = 500
 	quickScheduleFor             = 5 * time.Second
 	scheduleFillBudget           = 10 * time.Minute
+	scheduleDeadline             = 15 * time.Minute
 	scheduleFarAhead             = 30 * 24 * time.Hour
 	scheduleFillFanOut           = 500
 	scheduleStreamGroup          = 20
@@ -43,7 +44,8 @@ const (
 // The fill's requests carry scheduleFillFanOut recipients each (the API takes up to 1000): a
 // million pending deliveries are accepted through the API in a few hundred seconds on two
 // cores, where one delivery per request would take most of an hour. scheduleFillBudget bounds
-// the fill; a fill cut short says how far it got. scheduleFarAhead lies beyond the run and
+// the fill; a fill cut short says how far it got, and scheduleDeadline the whole phase (its
+// database work ends with an error past it). scheduleFarAhead lies beyond the run and
 // beyond every delay tier, so a message held anywhere for a pending delivery would still be
 // held when the queues are counted. The stream falling due is accepted scheduleLead ahead of
 // its send_at, scheduleStreamGroup recipients per request sharing one send_at: at 2,000/s its
@@ -77,6 +79,8 @@ func (o *Options) scheduleFor() time.Duration {
 // relay and the workers on the same data, count the broker's messages while only the far-ahead
 // schedule is pending, and time a stream falling due from the histories it leaves.
 func benchSchedule(ctx context.Context, base app.Config, opts Options, rep *Report, sink *benchSink, track benchTrack, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, scheduleDeadline)
+	defer cancel()
 	env, err := track(newBenchEnv(ctx, base, opts.Logs, "schedule", "api"))
 	if err != nil {
 		return err
