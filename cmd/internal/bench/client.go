@@ -107,7 +107,7 @@ func acceptPost(base, path string, body []byte) ([]byte, error) {
 		return nil, err
 	}
 	key := uuid.NewString()
-	for try := 0; ; try++ {
+	for {
 		c, reused, err := pool.get()
 		if err != nil {
 			return nil, err
@@ -116,8 +116,11 @@ func acceptPost(base, path string, body []byte) ([]byte, error) {
 		if err != nil {
 			c.conn.Close()
 			// A kept-alive connection the server closed meanwhile fails before any answer: send
-			// again on a new one. The Idempotency-Key makes a repeat safe in any case.
-			if reused && try == 0 && errors.Is(err, errStaleConn) {
+			// again on the next one, or a new one. After a pause every idle connection may be
+			// stale (the schedule phase's projection leaves them idle for minutes), and each try
+			// uses one up, so the retries end with the idle list at the latest. The
+			// Idempotency-Key makes a repeat safe in any case.
+			if reused && errors.Is(err, errStaleConn) {
 				continue
 			}
 			return nil, err
