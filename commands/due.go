@@ -18,6 +18,9 @@ type DueRow struct {
 	Kind       domain.DueKind
 	At         time.Time
 	Version    int
+	// History is the delivery's stream, when the store read it with the row (with a batch of
+	// rows, one query for all their streams instead of one a row); nil leaves it to the step.
+	History []domain.Event
 }
 
 // DueStep decides what a due row calls for: the events to append and the messages to publish
@@ -115,12 +118,16 @@ func (p *DuePass) Round(ctx context.Context) int {
 
 // step decides one due row on the delivery's history.
 func (p *DuePass) step(ctx context.Context, row DueRow) ([]domain.Event, []OutboxMessage, error) {
-	events, err := p.store.Load(ctx, row.DeliveryID)
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
+	events := row.History
+	if events == nil {
+		var err error
+		events, err = p.store.Load(ctx, row.DeliveryID)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	d, err := domain.Rehydrate(events)
 	if err != nil {

@@ -201,10 +201,22 @@ func (s *DueStore) takeMany(ctx context.Context, sendBy, resendBy time.Time, ski
 	if len(due) == 0 {
 		return 0, 0, nil, nil, nil
 	}
+	ids := make([]string, len(due))
+	for i, row := range due {
+		ids[i] = row.DeliveryID
+	}
+	// The rows' streams in one query: a query a row was the pass's next limit after the commits.
+	histories, err := s.events.LoadMany(ctx, ids)
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("take due rows: %w", err)
+	}
+	for i := range due {
+		due[i].History = histories[due[i].DeliveryID]
+	}
 	var events []domain.Event
 	var outbox []commands.OutboxMessage
-	var ids []string
 	var versions []int32
+	ids = ids[:0]
 	for _, row := range due {
 		e, o, err := step(ctx, row)
 		if err != nil {

@@ -147,7 +147,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"the product's defaults and once tuned, offers it 1, 16 and 64 closed-loop clients and then the\n" +
 			"fixed rate, and reports deliveries per second and publish → delivery latency at a local webhook\n" +
 			"sink, CPU per delivery of the ledger process, PostgreSQL and RabbitMQ, and the ledger's peak\n" +
-			"RSS. Prints a table, writes JSON and an SVG chart. A run whose counts do not balance is\n" +
+			"RSS. The schedule phase holds a million deliveries scheduled far ahead and times a stream\n" +
+			"falling due through them (attempt start − send_at), the accept with send_at against without,\n" +
+			"and what the schedule keeps in PostgreSQL and RabbitMQ. Prints a table, writes JSON and an\n" +
+			"SVG chart. A run whose counts do not balance is\n" +
 			"reported as void.",
 		FlagSet: benchFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
