@@ -167,7 +167,7 @@ func benchSchedule(ctx context.Context, base app.Config, opts Options, rep *Repo
 func scheduleFill(env *benchEnv, sink string, n int, far time.Time, out io.Writer) (int, error) {
 	var claimed, done, req atomic.Int64
 	start := time.Now()
-	progress := time.Now()
+	var progress atomic.Int64 // when the last progress line was printed, in ns since start
 	_, _, err := closedLoop(4, scheduleFillBudget, func() error {
 		from := claimed.Add(scheduleFillFanOut) - scheduleFillFanOut
 		if from >= int64(n) {
@@ -178,8 +178,8 @@ func scheduleFill(env *benchEnv, sink string, n int, far time.Time, out io.Write
 		if _, err := acceptPost(env.base, "/v1/notifications", scheduleBody(sink, from, int(k), at)); err != nil {
 			return fmt.Errorf("schedule fill: %w", err)
 		}
-		if d := done.Add(k); time.Since(progress) > 30*time.Second {
-			progress = time.Now() // a racy read is fine: it only paces the progress lines
+		d, now := done.Add(k), int64(time.Since(start))
+		if last := progress.Load(); now-last > int64(30*time.Second) && progress.CompareAndSwap(last, now) {
 			benchLog(out, "schedule fill: %d/%d (%.0f/s)", d, n, float64(d)/time.Since(start).Seconds())
 		}
 		return nil
