@@ -42,8 +42,8 @@ const (
 )
 
 // The fill's requests carry scheduleFillFanOut recipients each (the API takes up to 1000): a
-// million pending deliveries are accepted through the API in a few hundred seconds on two
-// cores, where one delivery per request would take most of an hour. scheduleFillBudget bounds
+// million pending deliveries go in through the accept path itself, each request one commit for
+// hundreds of them, where one delivery a request would cost a commit each. scheduleFillBudget bounds
 // the fill; a fill cut short says how far it got, and scheduleDeadline the whole phase (its
 // database work ends with an error past it). scheduleFarAhead lies beyond the run and
 // beyond every delay tier, so a message held anywhere for a pending delivery would still be
