@@ -18,6 +18,9 @@ type DueRow struct {
 	Kind       domain.DueKind
 	At         time.Time
 	Version    int
+	// History is the delivery's stream, when the store read it with the row (with a batch of
+	// rows, one query for all their streams instead of one a row); nil leaves it to the step.
+	History []domain.Event
 }
 
 // DueStep decides what a due row calls for: the events to append and the messages to publish
@@ -26,12 +29,12 @@ type DueStep func(ctx context.Context, row DueRow) ([]domain.Event, []OutboxMess
 
 // DueStore hands out due rows. postgres.DueStore implements it.
 type DueStore interface {
-	// TakeDue hands out up to limit rows one at a time, earliest first: sends due by sendBy,
-	// retries and deferrals due by resendBy. Each is locked while step decides, so that
-	// several passes at once never hand out one row twice, and what step returns commits with
-	// the row's removal in one transaction (the row stays if that fails). A retry or deferral
-	// row whose delivery has recorded an event since may be retired without step. It returns how
-	// many rows it handled, and the failures of the rows it had to leave.
+	// TakeDue hands out up to limit rows, earliest first: sends due by sendBy, retries and
+	// deferrals due by resendBy. Each is locked while step decides, so that several passes at
+	// once never hand out one row twice, and what step returns commits with the row's removal
+	// in one transaction, which may hold other rows too (the row stays if that fails). A retry
+	// or deferral row whose delivery has recorded an event since may be retired without step.
+	// It returns how many rows it handled, and the failures of the rows it had to leave.
 	TakeDue(ctx context.Context, sendBy, resendBy time.Time, limit int, step DueStep) (int, error)
 }
 
@@ -115,12 +118,16 @@ func (p *DuePass) Round(ctx context.Context) int {
 
 // step decides one due row on the delivery's history.
 func (p *DuePass) step(ctx context.Context, row DueRow) ([]domain.Event, []OutboxMessage, error) {
-	events, err := p.store.Load(ctx, row.DeliveryID)
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
+	events := row.History
+	if events == nil {
+		var err error
+		events, err = p.store.Load(ctx, row.DeliveryID)
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	d, err := domain.Rehydrate(events)
 	if err != nil {

@@ -82,6 +82,21 @@ ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED`
 
 const dueDelete = `DELETE FROM due_work WHERE delivery_id = $1 AND version = $2`
 
+// dueTakeMany locks up to $4 of the earliest rows due, as dueTakeOne does one.
+const dueTakeMany = `SELECT delivery_id::text, tenant, kind, due_at, version FROM due_work
+WHERE due_at <= $1 AND (kind = 'send' OR due_at <= $2) AND delivery_id <> ALL($3::uuid[])
+ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED`
+
+const dueDeleteMany = `DELETE FROM due_work d USING unnest($1::uuid[], $2::int[]) AS r(id, version)
+WHERE d.delivery_id = r.id AND d.version = r.version`
+
+// dueTxRows is the most rows one transaction hands out. A transaction a row made the commit's
+// flush the price of each scheduled send: a stream of sends falling due at a few hundred a second
+// outran the pass (the schedule phase of ledger bench, docs/benchmarks.md). Many rows a
+// transaction share one flush; a batch that cannot commit is taken again a row at a time, so
+// one row's failure still leaves only that row.
+const dueTxRows = 100
+
 // dueRetireStale deletes, in one statement, up to $2 retry and deferral rows due by $1 whose
 // delivery has recorded an event since the one that set them: the delayed copy came back (or the
 // delivery moved on otherwise), so there is nothing to hand out. Under a sustained rate of
@@ -110,8 +125,9 @@ func NewDueStore(pool *pgxpool.Pool) *DueStore {
 }
 
 // TakeDue implements commands.DueStore: stale retry and deferral rows are retired in one
-// statement first (they would hand out nothing), then one transaction per row holds the row's
-// lock while step decides and commits the decision with the row's deletion.
+// statement first (they would hand out nothing), then a transaction per batch of up to
+// dueTxRows rows holds their locks while step decides each, and commits the decisions with the
+// rows' deletion; a batch that cannot commit is taken again one row per transaction.
 func (s *DueStore) TakeDue(ctx context.Context, sendBy, resendBy time.Time, limit int, step commands.DueStep) (int, error) {
 	tag, err := s.pool.Exec(ctx, dueRetireStale, resendBy, dueRetireBatch)
 	if err != nil {
@@ -122,24 +138,112 @@ func (s *DueStore) TakeDue(ctx context.Context, sendBy, resendBy time.Time, limi
 	failed := []string{}
 	var errs []error
 	for taken+len(failed) < limit {
-		ok, id, err := s.takeOne(ctx, sendBy, resendBy, failed, step)
-		if !ok && err == nil {
+		rows, handled, stepFailed, stepErrs, err := s.takeMany(ctx, sendBy, resendBy, failed, min(dueTxRows, limit-taken-len(failed)), step)
+		if rows == 0 && err == nil {
 			break
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return taken, ctx.Err()
-			}
-			if id == "" {
-				return taken, err
-			}
-			failed = append(failed, id)
-			errs = append(errs, err)
+		if err == nil {
+			taken += handled
+			failed, errs = append(failed, stepFailed...), append(errs, stepErrs...)
 			continue
 		}
-		taken++
+		if ctx.Err() != nil {
+			return retired + taken, ctx.Err()
+		}
+		// The batch did not commit (say a cancel took a delivery's next version first): take its
+		// rows again one at a time, so that only the row that fails stays.
+		for range max(rows, 1) {
+			ok, id, err := s.takeOne(ctx, sendBy, resendBy, failed, step)
+			if !ok && err == nil {
+				break
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return retired + taken, ctx.Err()
+				}
+				if id == "" {
+					return retired + taken, err
+				}
+				failed = append(failed, id)
+				errs = append(errs, err)
+				continue
+			}
+			taken++
+		}
 	}
 	return retired + taken, errors.Join(errs...)
+}
+
+// takeMany takes up to n of the earliest due rows in one transaction: step decides each, and
+// what they call for commits with their deletion at once. A row whose step fails is left (its
+// delivery in failed, with the error). It returns how many rows it read and how many of them it
+// handled; an error (with nothing committed) means the batch as a whole could not commit.
+func (s *DueStore) takeMany(ctx context.Context, sendBy, resendBy time.Time, skip []string, n int, step commands.DueStep) (rows, handled int, failed []string, errs []error, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("take due rows: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit
+	read, err := tx.Query(ctx, dueTakeMany, sendBy, resendBy, slices.Clone(skip), n)
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("take due rows: %w", err)
+	}
+	due, err := pgx.CollectRows(read, func(r pgx.CollectableRow) (commands.DueRow, error) {
+		var row commands.DueRow
+		var kind string
+		err := r.Scan(&row.DeliveryID, &row.Tenant, &kind, &row.At, &row.Version)
+		row.Kind, row.At = domain.DueKind(kind), row.At.UTC()
+		return row, err
+	})
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("take due rows: %w", err)
+	}
+	if len(due) == 0 {
+		return 0, 0, nil, nil, nil
+	}
+	ids := make([]string, len(due))
+	for i, row := range due {
+		ids[i] = row.DeliveryID
+	}
+	// The rows' streams in one query: a query a row was the pass's next limit after the commits.
+	histories, err := s.events.LoadMany(ctx, ids)
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("take due rows: %w", err)
+	}
+	for i := range due {
+		due[i].History = histories[due[i].DeliveryID]
+	}
+	var events []domain.Event
+	var outbox []commands.OutboxMessage
+	var versions []int32
+	ids = ids[:0]
+	for _, row := range due {
+		e, o, err := step(ctx, row)
+		if err != nil {
+			failed = append(failed, row.DeliveryID)
+			errs = append(errs, fmt.Errorf("due %s of %s: %w", row.Kind, row.DeliveryID, err))
+			continue
+		}
+		events, outbox = append(events, e...), append(outbox, o...)
+		ids, versions = append(ids, row.DeliveryID), append(versions, int32(row.Version))
+	}
+	if len(ids) == 0 {
+		return len(due), 0, failed, errs, nil
+	}
+	err = appendEvents(ctx, tx, events)
+	if err == nil {
+		err = publishOutbox(ctx, tx, outbox)
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, dueDeleteMany, ids, versions)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return len(due), 0, nil, nil, fmt.Errorf("due rows of %d deliveries: %w", len(ids), err)
+	}
+	return len(due), len(ids), failed, errs, nil
 }
 
 // takeOne takes the earliest due row in a transaction of its own. It reports whether there was

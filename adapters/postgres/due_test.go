@@ -2,9 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/postgres"
@@ -188,5 +191,52 @@ func TestDueRowsOfRetriesThatCameBackAreRetiredUnseen(t *testing.T) {
 	var rows int
 	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM due_work`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("%d due rows left (%v)", rows, err)
+	}
+}
+
+// TestDueBatchThatCannotCommitLeavesOnlyTheFailingRow: the rows due are handed out many to a
+// transaction; when one row's decision cannot commit (here an event at a version the delivery
+// already has, as when a cancel took it first), the batch is taken again a row at a time, so the
+// others are handled and only that row stays, its failure reported.
+func TestDueBatchThatCannotCommitLeavesOnlyTheFailingRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sendAt := now.Add(time.Minute)
+	const n = 8
+	opening := map[string][]domain.Event{}
+	var bad string
+	for i := range n {
+		d, events := acceptedEvents(t)
+		more, err := d.Schedule(sendAt.Add(time.Duration(i)*time.Millisecond), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.Append(ctx, append(events, more...), nil); err != nil {
+			t.Fatal(err)
+		}
+		opening[d.ID()] = events
+		if i == n/2 {
+			bad = d.ID()
+		}
+	}
+	step := func(_ context.Context, row commands.DueRow) ([]domain.Event, []commands.OutboxMessage, error) {
+		if row.DeliveryID == bad {
+			return opening[bad], nil, nil // version 1 again: cannot commit
+		}
+		return nil, nil, nil // retire the row
+	}
+	handled, err := postgres.NewDueStore(b.schema.Pool).TakeDue(ctx, sendAt.Add(time.Second), sendAt, 100, step)
+	if handled != n-1 || err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("handled %d (%v), want the %d good rows and an error naming %s", handled, err, n-1, bad)
+	}
+	var left []string
+	rows, err := b.schema.Pool.Query(ctx, `SELECT delivery_id::text FROM due_work`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(left) != 1 || left[0] != bad {
+		t.Fatalf("due rows left %v (%v), want only %s", left, err, bad)
 	}
 }

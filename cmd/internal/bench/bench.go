@@ -4,6 +4,7 @@ import (
 	"github.com/deliveryledger/ledger/cmd/internal/app"
 
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,13 +53,19 @@ type Options struct {
 	// RolesBacklog is how many deliveries the roles phase holds in the outbox for the relay
 	// alone, and then in the queues (0: 5000).
 	RolesBacklog int
+	// SchedulePending is how many deliveries the schedule phase holds scheduled far ahead,
+	// ScheduleRate how many a second it then has fall due, for ScheduleFor (0: the defaults,
+	// DefaultSchedulePending, DefaultScheduleRate and DefaultScheduleFor).
+	SchedulePending int
+	ScheduleRate    int
+	ScheduleFor     time.Duration
 	// Trace runs the ledger with tracing on, every span sampled and exported over OTLP/HTTP to
 	// a discarding endpoint on loopback, to measure what tracing costs.
 	Trace bool
 }
 
 // Phases are the phases of a run, in order.
-var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit"}
+var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit", "schedule"}
 
 func (o *Options) runs(phase string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
@@ -71,6 +78,10 @@ func (o *Options) ApplyQuick() {
 		o.AuditReads = 1000
 		o.ClientDeliveries = 2000
 		o.RolesBacklog = 2000
+		// A size given with --quick stays as given.
+		o.SchedulePending = cmp.Or(o.SchedulePending, quickSchedulePending)
+		o.ScheduleRate = cmp.Or(o.ScheduleRate, quickScheduleRate)
+		o.ScheduleFor = cmp.Or(o.ScheduleFor, quickScheduleFor)
 	}
 }
 
@@ -187,9 +198,15 @@ func newBenchEnv(ctx context.Context, base app.Config, logs io.Writer, name, rol
 	if roles == "" {
 		return env, nil
 	}
+	return env, env.start(base, logs, roles, opts...)
+}
+
+// start starts a ledger with roles on the env's schema and prefix; a stopped env may start
+// again with other roles, on the data it has.
+func (e *benchEnv) start(base app.Config, logs io.Writer, roles string, opts ...app.Option) error {
 	cfg := base
-	cfg.DatabaseURL = env.url
-	cfg.AMQPPrefix = env.prefix
+	cfg.DatabaseURL = e.url
+	cfg.AMQPPrefix = e.prefix
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.MetricsAddr = app.MetricsOff
 	cfg.Roles = roles
@@ -203,18 +220,20 @@ func newBenchEnv(ctx context.Context, base app.Config, logs io.Writer, name, rol
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runCtx, cancel := context.WithCancel(context.Background())
-	env.app, err = app.Build(runCtx, cfg, logger, opts...)
+	var err error
+	e.app, err = app.Build(runCtx, cfg, logger, opts...)
 	if err != nil {
 		cancel()
-		return nil, err
+		return err
 	}
-	env.cancel = cancel
-	env.done = make(chan error, 1)
-	go func() { env.done <- env.app.Run(runCtx) }()
-	if env.app.Addr() != "" {
-		env.base = "http://" + env.app.Addr()
+	e.cancel = cancel
+	e.done = make(chan error, 1)
+	go func() { e.done <- e.app.Run(runCtx) }()
+	e.base = ""
+	if e.app.Addr() != "" {
+		e.base = "http://" + e.app.Addr()
 	}
-	return env, nil
+	return nil
 }
 
 // stop stops the env's ledger and removes its queues; its schema stays until drop, so dropping

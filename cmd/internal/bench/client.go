@@ -86,42 +86,55 @@ func acceptOne(base, recipient string) (string, error) {
 // acceptBody sends one accept request with body and a new Idempotency-Key; it returns the
 // delivery id.
 func acceptBody(base string, body []byte) (string, error) {
-	pool, err := poolFor(base)
+	answer, err := acceptPost(base, "/v1/deliveries", body)
 	if err != nil {
 		return "", err
 	}
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(answer, &a); err != nil {
+		return "", fmt.Errorf("accept answer: %w", err)
+	}
+	return a.ID, nil
+}
+
+// acceptPost posts body to an accept path (/v1/deliveries, /v1/notifications) with a new
+// Idempotency-Key and returns the 202 answer's body, copied.
+func acceptPost(base, path string, body []byte) ([]byte, error) {
+	pool, err := poolFor(base)
+	if err != nil {
+		return nil, err
+	}
 	key := uuid.NewString()
-	for try := 0; ; try++ {
+	for {
 		c, reused, err := pool.get()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		status, answer, keep, err := c.post(pool.addr, "/v1/deliveries", key, body)
+		status, answer, keep, err := c.post(pool.addr, path, key, body)
 		if err != nil {
 			c.conn.Close()
 			// A kept-alive connection the server closed meanwhile fails before any answer: send
-			// again on a new one. The Idempotency-Key makes a repeat safe in any case.
-			if reused && try == 0 && errors.Is(err, errStaleConn) {
+			// again on the next one, or a new one. After a pause every idle connection may be
+			// stale (the schedule phase's projection leaves them idle for minutes), and each try
+			// uses one up, so the retries end with the idle list at the latest. The
+			// Idempotency-Key makes a repeat safe in any case.
+			if reused && errors.Is(err, errStaleConn) {
 				continue
 			}
-			return "", err
+			return nil, err
 		}
-		var a struct {
-			ID string `json:"id"`
-		}
-		decodeErr := json.Unmarshal(answer, &a)
+		answer = slices.Clone(answer)
 		if keep {
 			pool.put(c)
 		} else {
 			c.conn.Close()
 		}
 		if status != 202 {
-			return "", fmt.Errorf("accept: %d %s", status, answer)
+			return nil, fmt.Errorf("accept: %d %s", status, answer)
 		}
-		if decodeErr != nil {
-			return "", fmt.Errorf("accept answer: %w", decodeErr)
-		}
-		return a.ID, nil
+		return answer, nil
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestAcceptOneSpeaksHTTP runs the load generator's client against net/http's server: the
@@ -142,5 +143,59 @@ func TestAcceptOneSendsAgainOnAStaleConnection(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAcceptOneGoesThroughEveryStaleIdleConnection: after a pause every idle connection may have
+// been closed by the server (the schedule phase's projection leaves the fill's connections idle
+// for minutes): a request tries them in turn and then a new one, and does not fail.
+func TestAcceptOneGoesThroughEveryStaleIdleConnection(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const stale = 4
+	var conns, closed atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// The first connections are the idle ones, closed by the server; the next answers.
+			if conns.Add(1) > stale {
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					fmt.Fprintf(c, "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"id\":\"ok\"}")
+				}
+			}
+			c.Close()
+			closed.Add(1)
+		}
+	}()
+	base := "http://" + l.Addr().String()
+	pool, err := poolFor(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idle []*benchConn
+	for range stale {
+		c, _, err := pool.get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	for _, c := range idle {
+		pool.put(c)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for closed.Load() < stale && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	id, err := acceptOne(base, "http://sink/hook")
+	if err != nil || id != "ok" {
+		t.Fatalf("accept after %d stale idle connections: %q, %v", stale, id, err)
 	}
 }

@@ -415,10 +415,10 @@ func (r *rolesPhase) queueBytes(ctx context.Context, rep *Report, out io.Writer,
 	}
 	// A quorum queue's figures reach rabbitmqctl with a delay (its metrics are emitted every
 	// few seconds): ask again until they show the messages held.
-	messages, body, memory, how, err := r.rabbitmqctlQueues(ctx)
+	messages, body, memory, how, err := rabbitmqctlQueues(ctx, r.env.prefix)
 	for deadline := time.Now().Add(20 * time.Second); err == nil && messages < int64(held) && time.Now().Before(deadline); {
 		time.Sleep(time.Second)
-		messages, body, memory, how, err = r.rabbitmqctlQueues(ctx)
+		messages, body, memory, how, err = rabbitmqctlQueues(ctx, r.env.prefix)
 	}
 	if err == nil && messages == 0 {
 		err = errors.New("no messages in the phase's queues")
@@ -446,8 +446,8 @@ func (r *rolesPhase) queueBytes(ctx context.Context, rep *Report, out io.Writer,
 	return nil
 }
 
-// rabbitmqctlQueues sums messages, message_bytes and memory over the phase's queues.
-func (r *rolesPhase) rabbitmqctlQueues(ctx context.Context) (messages, body, memory int64, how string, err error) {
+// rabbitmqctlQueues sums messages, message_bytes and memory over the queues under prefix.
+func rabbitmqctlQueues(ctx context.Context, prefix string) (messages, body, memory int64, how string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-q", "--no-table-headers", "name", "messages", "message_bytes", "memory", "type")
@@ -460,7 +460,7 @@ func (r *rolesPhase) rabbitmqctlQueues(ctx context.Context) (messages, body, mem
 	for line := range strings.Lines(string(b)) {
 		// Tab-separated: a quorum queue of RabbitMQ 3.10 leaves message_bytes empty.
 		f := strings.Split(strings.TrimRight(line, "\n"), "\t")
-		if len(f) < 5 || !strings.HasPrefix(f[0], r.env.prefix+".") {
+		if len(f) < 5 || !strings.HasPrefix(f[0], prefix+".") {
 			continue
 		}
 		m, _ := strconv.ParseInt(f[1], 10, 64)

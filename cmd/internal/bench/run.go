@@ -132,6 +132,11 @@ func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Re
 			return nil, err
 		}
 	}
+	if opts.runs("schedule") {
+		if err := benchSchedule(ctx, base, opts, rep, sink, track, out); err != nil {
+			return nil, fmt.Errorf("schedule phase: %w", err)
+		}
+	}
 	rep.Targets = benchTargets(opts, rep)
 	return rep, nil
 }
@@ -324,6 +329,13 @@ func benchTargets(opts Options, rep *Report) []benchTarget {
 	add(key, "< 50 ms", l[key], l[key] < 50, rate)
 	add("relay_lag_p50", "< 20 ms", l["relay_lag_p50"], l["relay_lag_p50"] < 20, rate)
 	add("audit_p99", "< 5 ms", l["audit_p99"], l["audit_p99"] < 5, audit)
+	// The schedule phase: scheduled sends fire on time with a large schedule pending, send_at
+	// costs the accept little, and a pending schedule holds nothing in the broker.
+	_, schedule := l["schedule_lateness_p99"]
+	add("schedule_lateness_p99", "< 1000 ms", l["schedule_lateness_p99"], l["schedule_lateness_p99"] < 1000, schedule)
+	add("schedule_accept_with_vs_without", ">= 0.9", r["schedule_accept_with_vs_without"], r["schedule_accept_with_vs_without"] >= 0.9, schedule)
+	held := float64(rep.Counts["schedule_pending_queue_messages"])
+	add("schedule_pending_queue_messages", "= 0", held, held == 0, schedule)
 	_, single := r["accept_vs_postgres_1"]
 	add("accept_vs_postgres_1", ">= 0.9", r["accept_vs_postgres_1"], r["accept_vs_postgres_1"] >= 0.9, single)
 	// The clients phase: defaults that serve, as well as tuned settings do, in little memory,
