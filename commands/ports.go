@@ -111,10 +111,6 @@ type Topics interface {
 	Work(channel string, priority domain.Priority) string
 	// Retry is the delay tier that holds a message for at least delay (or the largest tier).
 	Retry(channel string, delay time.Duration) string
-	// Defer is the short delay queue that holds a message a limit held back, and how long it
-	// holds it: the smallest wait of at least delay (or the longest). A deferral records that
-	// wait, so its "until" is when the message really comes back.
-	Defer(channel string, delay time.Duration) (topic string, waits time.Duration)
 	// Hop is the delay queue a message due in delay takes next, and how long it holds it: the
 	// longest of the channel's waits (its retry tiers and the deferral waits) not longer than
 	// delay, or the shortest wait. A message hops until it is due (Reroute), so it comes back at

@@ -125,19 +125,6 @@ func (t Topology) Dead(channel string) string { return t.Prefix + "." + channel 
 var DeferWaits = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
 	500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
 
-// Defer is the wait queue for a deferral of at least delay, and how long it holds a message;
-// a delay beyond the longest wait comes back early and goes round again.
-func (t Topology) Defer(channel string, delay time.Duration) (string, time.Duration) {
-	waits := DeferWaits[len(DeferWaits)-1]
-	for _, w := range DeferWaits {
-		if w >= delay {
-			waits = w
-			break
-		}
-	}
-	return t.deferQueue(channel, waits), waits
-}
-
 // Hop is the delay queue a message due in delay takes next: the longest of the channel's retry
 // tiers and DeferWaits not longer than delay, or the shortest wait. Rounding down, never up, is
 // what keeps a due time true: a message comes back no later than it is due, and the rest of
