@@ -413,6 +413,7 @@ func (d *Delivery) RecordOutcome(attempt int, o Outcome, policy RetryPolicy, now
 		if res.Class == "" {
 			res.Class = ClassPermanent
 		}
+		res.Suppresses = o.Suppress
 		return d.record(now, EventDeadLettered, key, res)
 	}
 	return nil, fmt.Errorf("record outcome of %s: unknown outcome kind %q", d.id, o.Kind)
@@ -432,6 +433,9 @@ type ReceiptWord struct {
 	At     time.Time
 	// NextCheck (a pending lookup) is when to ask the provider again.
 	NextCheck time.Time
+	// Suppress (a failed word) says the code is hard evidence that the recipient takes no more
+	// messages (see Outcome.Suppress).
+	Suppress bool
 }
 
 // Receipt statuses, as ReceiptWord.Status spells them.
@@ -535,7 +539,7 @@ func (d *Delivery) RecordReceipt(w ReceiptWord, policy RetryPolicy, now time.Tim
 			return events, err
 		}
 		o := Outcome{Provider: w.Provider, ProviderOperationID: w.ProviderOperationID, ProviderCode: w.Code,
-			Err: receiptText(w)}
+			Err: receiptText(w), Suppress: w.Suppress && w.Status == ReceiptFailed}
 		o.Kind = map[string]OutcomeKind{ReceiptDelivered: OutcomeDelivered, ReceiptFailed: OutcomePermanent}[w.Status]
 		if o.Kind == "" {
 			o.Kind = OutcomeTransient

@@ -98,6 +98,10 @@ type AttemptResult struct {
 	PossibleDuplicate bool `json:"possible_duplicate,omitempty"`
 	// FailedOver lists the providers tried before Provider, whose calls never reached them.
 	FailedOver []ProviderTry `json:"failed_over,omitempty"`
+	// Suppresses is set on EventDeadLettered when the provider's answer is hard evidence that the
+	// recipient takes no more messages (Outcome.Suppress): the event is the evidence of the
+	// suppression it adds.
+	Suppresses bool `json:"suppresses,omitempty"`
 	// Exhausted is set on EventDeadLettered when the attempts ran out.
 	Exhausted bool `json:"exhausted,omitempty"`
 	// NextAttemptAt is set on EventRetryScheduled.

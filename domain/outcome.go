@@ -74,6 +74,12 @@ type Outcome struct {
 	// number) nor the caller (its context ended). Set by the adapter; the attempt reports it to
 	// the provider's circuit breaker, which opens after its threshold of them.
 	ProviderFault bool
+	// Suppress says the answer is hard evidence that this recipient will never take a message
+	// on this channel (SMTP 550 5.1.1, Twilio 21610 STOP, Telegram 403 blocked, webhook 410
+	// Gone): the delivery dies and the recipient joins the tenant's suppression list, so later
+	// deliveries to it are suppressed instead of sent. Set by the adapter, only on a permanent
+	// outcome; soft answers (4xx SMTP, 429, 5xx, timeouts) never set it.
+	Suppress bool
 	// FailedOver lists the providers the attempt tried first, whose calls never reached them
 	// (set by the attempt, never by an adapter).
 	FailedOver []ProviderTry
