@@ -36,6 +36,9 @@ type AcceptNotification struct {
 	// SendAt, when after the accept's now, schedules every delivery for that time (at most
 	// domain.MaxSendAhead ahead); at or before it, they are sent at once.
 	SendAt *time.Time
+	// Category, when set, is a category the configuration declares: what the recipients'
+	// preferences may opt out of.
+	Category string
 }
 
 // AcceptedDelivery is one delivery of an accepted notification.
@@ -43,6 +46,11 @@ type AcceptedDelivery struct {
 	ID        string `json:"id"`
 	Channel   string `json:"channel"`
 	Recipient string `json:"recipient"`
+	// State is the state the accept left it in: accepted, scheduled or suppressed (empty in
+	// the stored answers of accepts from before it was recorded).
+	State domain.State `json:"state,omitempty"`
+	// Suppression says what suppressed it (state suppressed).
+	Suppression *domain.Suppressed `json:"suppression,omitempty"`
 }
 
 // AcceptResult is what the caller is told, first and on every repeat of the same request.
@@ -65,6 +73,13 @@ type AcceptHandler struct {
 	// recipients, since every delivery's work message carries the payload. Zero means
 	// DefaultMaxFanOutBytes.
 	MaxFanOutBytes int
+	// Suppression, when set, is probed for every recipient before the accept: a suppressed
+	// recipient's delivery is recorded suppressed and never queued. Nil suppresses nothing and
+	// declares no category.
+	Suppression *SuppressionCheck
+	// Normalize gives a recipient's normal form on its channel (Channels.Normalize), the key of
+	// the suppression list; nil keeps the recipient as given.
+	Normalize func(channel, recipient string) string
 
 	store    AcceptStore
 	topics   Topics
@@ -150,6 +165,27 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 	if err != nil {
 		return AcceptResult{}, err
 	}
+	var categories Categories
+	if h.Suppression != nil {
+		categories = h.Suppression.Categories
+	}
+	if err := categories.Check(cmd.Category); err != nil {
+		return AcceptResult{}, err
+	}
+	refs := make([]RecipientRef, len(cmd.Recipients))
+	for i, r := range cmd.Recipients {
+		refs[i] = RecipientRef{Channel: r.Channel, Recipient: r.Recipient}
+		if h.Normalize != nil {
+			refs[i].Recipient = h.Normalize(r.Channel, r.Recipient)
+		}
+	}
+	// One probe for every recipient, before the transaction: a suppression committed before
+	// this request arrived is seen here; one that commits while the accept is under way is
+	// seen by the start of the attempt (StartAttemptHandler), before any provider call.
+	blocks, err := h.Suppression.blocks(ctx, cmd.Tenant, cmd.Category, refs)
+	if err != nil {
+		return AcceptResult{}, err
+	}
 	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now}
 	if scheduled {
 		sendAt := cmd.SendAt.UTC()
@@ -157,7 +193,8 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 	}
 	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash,
 		NotificationID: result.NotificationID, Payload: cmd.Payload}
-	for _, r := range cmd.Recipients {
+	var suppressed []AcceptedDelivery
+	for i, r := range cmd.Recipients {
 		maxAttempts, err := h.maxAttempts(r.Channel, cmd.MaxAttempts)
 		if err != nil {
 			return AcceptResult{}, err
@@ -174,9 +211,24 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 			RequestKey:     cmd.RequestKey,
 			Trace:          tracing.Traceparent(ctx),
 			Window:         r.Window,
+			RecipientKey:   keyIfNormalised(refs[i].Recipient, r.Recipient),
+			Category:       cmd.Category,
 		}, now)
 		if err != nil {
 			return AcceptResult{}, err
+		}
+		if blocks[i].Blocks() {
+			// Never queued and never scheduled: the event names what suppresses it.
+			more, err := d.Suppress(blocks[i], now)
+			if err != nil {
+				return AcceptResult{}, err
+			}
+			rec.Events = append(rec.Events, append(events, more...)...)
+			entry := AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient, State: domain.StateSuppressed,
+				Suppression: d.Suppression()}
+			result.Deliveries = append(result.Deliveries, entry)
+			suppressed = append(suppressed, entry)
+			continue
 		}
 		if scheduled {
 			// No work message yet: the due pass queues the delivery at its time.
@@ -185,7 +237,8 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 				return AcceptResult{}, err
 			}
 			rec.Events = append(rec.Events, append(events, more...)...)
-			result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient})
+			result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
+				State: domain.StateScheduled})
 			continue
 		}
 		// The accept's span is the root of the delivery's trace: its messages name it, and
@@ -197,7 +250,8 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		}
 		rec.Events = append(rec.Events, events...)
 		rec.Outbox = append(rec.Outbox, msg)
-		result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient})
+		result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
+			State: domain.StateAccepted})
 	}
 	response, err := json.Marshal(result)
 	if err != nil {
@@ -221,5 +275,17 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 			h.OnAccepted(d.Channel, string(priority), 1)
 		}
 	}
+	for _, d := range suppressed {
+		h.Suppression.counted(d.Channel, d.Suppression.By)
+	}
 	return result, nil
+}
+
+// keyIfNormalised is the recipient key to record: the normal form when it differs from the
+// recipient as given, else nothing (Delivery.RecipientKey falls back to the recipient).
+func keyIfNormalised(key, recipient string) string {
+	if key == recipient {
+		return ""
+	}
+	return key
 }

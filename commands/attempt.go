@@ -117,7 +117,10 @@ type AttemptConfig struct {
 	Breakers Breakers
 	// Metrics, when set, receives every attempt's observations.
 	Metrics AttemptMetrics
-	Logger  *slog.Logger
+	// Suppression, when set, is probed before every attempt's start: a recipient suppressed
+	// since its accept ends the delivery suppressed, without a call. Nil suppresses nothing.
+	Suppression *SuppressionCheck
+	Logger      *slog.Logger
 }
 
 // Validate reports every missing dependency at once.
@@ -188,7 +191,7 @@ func NewAttemptHandler(cfg AttemptConfig) (*AttemptHandler, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	start := NewStartAttemptHandler(cfg.Store, cfg.Clock)
-	start.topics, start.policies = cfg.Topics, cfg.Policies
+	start.topics, start.policies, start.Suppression = cfg.Topics, cfg.Policies, cfg.Suppression
 	return &AttemptHandler{
 		start:      start,
 		record:     NewRecordOutcomeHandler(cfg.Store, cfg.Topics, cfg.Clock, cfg.Policies),

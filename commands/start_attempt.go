@@ -40,6 +40,9 @@ const (
 	// StartNotNow (only with NoStart): the attempt would start; nothing was recorded, give the
 	// message back.
 	StartNotNow StartDecision = "not_now"
+	// StartSuppressed: the recipient was suppressed after the accept; the delivery is recorded
+	// suppressed, ack without calling.
+	StartSuppressed StartDecision = "suppressed"
 )
 
 // StartAttemptHandler records "attempt started" (state processing) under the key
@@ -52,6 +55,9 @@ type StartAttemptHandler struct {
 	// outcome is held unknown.
 	topics   Topics
 	policies Policies
+	// Suppression, when set, is probed before an attempt that would start: a recipient
+	// suppressed since the accept ends the delivery suppressed instead of called.
+	Suppression *SuppressionCheck
 }
 
 // NewStartAttemptHandler builds the command.
@@ -66,6 +72,20 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 	d, err := decide(ctx, h.store, id, nil, fmt.Sprintf("start attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
 		now := h.clock.Now()
 		verdict := d.CopyOf(attempt, cmd.Redelivered, cmd.ProviderDeduplicates)
+		if verdict == domain.CopyQueueAndStart || verdict == domain.CopyStart {
+			blocks, err := h.Suppression.blocks(ctx, d.Tenant(), d.Category(), []RecipientRef{{Channel: d.Channel(), Recipient: d.RecipientKey()}})
+			if err != nil {
+				return decision{}, err
+			}
+			if blocks[0].Blocks() {
+				events, err := d.Suppress(blocks[0], now)
+				if err != nil {
+					return decision{}, err
+				}
+				answer = StartSuppressed
+				return decision{events: events}, nil
+			}
+		}
 		if cmd.NoStart && verdict.Calls() {
 			answer = StartNotNow
 			return decision{}, nil
@@ -122,6 +142,9 @@ func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (Sta
 	})
 	if err != nil {
 		return "", nil, err
+	}
+	if answer == StartSuppressed && d.Suppression() != nil {
+		h.Suppression.counted(d.Channel(), d.Suppression().By)
 	}
 	return answer, d, nil
 }

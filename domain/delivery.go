@@ -32,6 +32,11 @@ type AcceptSpec struct {
 	Trace string
 	// Window, when set, is when the delivery may be attempted.
 	Window *Window
+	// RecipientKey is the recipient in its channel's normal form (Accepted.RecipientKey);
+	// empty means the recipient as given.
+	RecipientKey string
+	// Category is the notification's category, when it has one.
+	Category string
 }
 
 // Delivery is the aggregate: one notification to one recipient over one channel. Its fields
@@ -87,6 +92,11 @@ type Delivery struct {
 	// sendAt is the scheduled send_at; cancelled the cancel that ended the delivery.
 	sendAt    *time.Time
 	cancelled *Cancelled
+	// recipientKey and category are the accept's (Accepted); suppressed the suppression that
+	// ended the delivery.
+	recipientKey string
+	category     string
+	suppressed   *Suppressed
 
 	acceptedAt time.Time
 	updatedAt  time.Time
@@ -135,6 +145,8 @@ func Accept(spec AcceptSpec, now time.Time) (*Delivery, []Event, error) {
 		RequestKey:     spec.RequestKey,
 		Trace:          spec.Trace,
 		Window:         spec.Window,
+		RecipientKey:   spec.RecipientKey,
+		Category:       spec.Category,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -212,6 +224,8 @@ func ptrTo(data any) any {
 		return &v
 	case Cancelled:
 		return &v
+	case Suppressed:
+		return &v
 	}
 	return data
 }
@@ -232,6 +246,7 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.requestKey = v.RequestKey
 		d.trace = v.Trace
 		d.window = v.Window
+		d.recipientKey, d.category = v.RecipientKey, v.Category
 		d.cycleStart = 1
 		d.acceptedAt = e.RecordedAt
 	case *Queued:
@@ -252,6 +267,9 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.sendAt, d.nextDueAt = &sendAt, &sendAt
 	case *Cancelled:
 		d.cancelled = v
+		d.nextDueAt = nil
+	case *Suppressed:
+		d.suppressed = v
 		d.nextDueAt = nil
 	case *FailOver:
 		d.calling = v.To

@@ -57,6 +57,13 @@ type Accepted struct {
 	Trace string `json:"trace,omitempty"`
 	// Window is when the delivery may be attempted, when the request gave one.
 	Window *Window `json:"window,omitempty"`
+	// RecipientKey is the recipient in its channel's normal form (a lower-cased address, a
+	// URL without its fragment): what the suppression list and the preferences are keyed by.
+	// Empty in deliveries accepted before it was recorded; the recipient then stands for it.
+	RecipientKey string `json:"recipient_key,omitempty"`
+	// Category is the notification's category (a name the configuration declares), when the
+	// request gave one: what a recipient's preferences opt out of.
+	Category string `json:"category,omitempty"`
 }
 
 // Queued is the data of EventQueued.
@@ -309,6 +316,8 @@ func DecodeData(e Event) (any, error) {
 		v = &Scheduled{}
 	case EventCancelled:
 		v = &Cancelled{}
+	case EventSuppressed:
+		v = &Suppressed{}
 	default:
 		return nil, fmt.Errorf("event %d of %s: unknown type %q", e.Version, e.DeliveryID, e.Type)
 	}

@@ -51,18 +51,24 @@ const (
 	// StateCancelled is terminal: a caller's cancel came before any attempt started, and no
 	// attempt ever will (a worker's start is refused from it, invariant 8).
 	StateCancelled State = "cancelled"
+
+	// StateSuppressed is terminal: the recipient is on the tenant's suppression list, or opted
+	// out of the delivery's category, and the delivery is never sent. The accept records it
+	// (the delivery is never queued), or a worker at the start of an attempt, when the
+	// suppression came after the accept (Delivery.Suppress).
+	StateSuppressed State = "suppressed"
 )
 
 // States lists every state a delivery can be in, in lifecycle order.
 var States = []State{
 	StateAccepted, StateScheduled, StateQueued, StateProcessing, StateRetrying,
-	StateDelivered, StateDead, StateUnknown, StateCancelled,
+	StateDelivered, StateDead, StateUnknown, StateCancelled, StateSuppressed,
 }
 
 // Terminal reports whether no automatic step moves a delivery out of s. Unknown is not terminal:
 // it waits for reconciliation, but no worker acts on it.
 func (s State) Terminal() bool {
-	return s == StateDelivered || s == StateDead || s == StateCancelled
+	return s == StateDelivered || s == StateDead || s == StateCancelled || s == StateSuppressed
 }
 
 // Valid reports whether s names a state of the contract.
@@ -123,6 +129,9 @@ const (
 	// EventCancelled records a caller's cancel, with its reason and actor, before any attempt
 	// started.
 	EventCancelled EventType = "delivery.cancelled"
+	// EventSuppressed records that the delivery will not be sent because its recipient is
+	// suppressed (a suppression list entry, with its evidence) or opted out of its category.
+	EventSuppressed EventType = "delivery.suppressed"
 )
 
 // EventTypes lists every event type.
@@ -130,7 +139,7 @@ var EventTypes = []EventType{
 	EventAccepted, EventQueued, EventDeferred, EventAttemptStarted, EventDelivered, EventRetryScheduled,
 	EventDeadLettered, EventOutcomeUnknown, EventReconciledDelivered, EventReconciledDead,
 	EventReconciledRetry, EventReplayed, EventProviderAccepted, EventReceiptRecorded, EventFailedOver,
-	EventScheduled, EventCancelled,
+	EventScheduled, EventCancelled, EventSuppressed,
 }
 
 // Preserving reports whether an event of type t keeps whatever state the delivery is in: it
@@ -145,13 +154,20 @@ var transitions = map[State]map[EventType]State{
 		EventQueued:          StateQueued,
 		EventScheduled:       StateScheduled,
 		EventCancelled:       StateCancelled,
+		EventSuppressed:      StateSuppressed,
 		EventReceiptRecorded: StateAccepted,
 	},
-	StateScheduled: {EventQueued: StateQueued, EventCancelled: StateCancelled, EventReceiptRecorded: StateScheduled},
+	StateScheduled: {
+		EventQueued:          StateQueued,
+		EventCancelled:       StateCancelled,
+		EventSuppressed:      StateSuppressed,
+		EventReceiptRecorded: StateScheduled,
+	},
 	StateQueued: {
 		EventAttemptStarted:  StateProcessing,
 		EventDeferred:        StateQueued,
 		EventCancelled:       StateCancelled,
+		EventSuppressed:      StateSuppressed,
 		EventReceiptRecorded: StateQueued,
 	},
 	StateProcessing: {
@@ -172,8 +188,9 @@ var transitions = map[State]map[EventType]State{
 		EventReceiptRecorded:     StateUnknown,
 		EventReplayed:            StateQueued,
 	},
-	StateDelivered: {EventReceiptRecorded: StateDelivered},
-	StateCancelled: {EventReceiptRecorded: StateCancelled},
+	StateDelivered:  {EventReceiptRecorded: StateDelivered},
+	StateCancelled:  {EventReceiptRecorded: StateCancelled},
+	StateSuppressed: {EventReceiptRecorded: StateSuppressed},
 }
 
 // TransitionError is returned when an event is not allowed in a state.

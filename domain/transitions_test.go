@@ -13,14 +13,22 @@ var expectedTransitions = map[State]map[EventType]State{
 		EventQueued:          StateQueued,
 		EventScheduled:       StateScheduled, // a send_at ahead, recorded by the accept
 		EventCancelled:       StateCancelled,
+		EventSuppressed:      StateSuppressed, // the accept found the recipient suppressed
 		EventReceiptRecorded: StateAccepted,
 	},
-	// The due pass queues a scheduled delivery at its time; a cancel ends it before.
-	StateScheduled: {EventQueued: StateQueued, EventCancelled: StateCancelled, EventReceiptRecorded: StateScheduled},
+	// The due pass queues a scheduled delivery at its time; a cancel ends it before, and so
+	// does a suppression (decided when its attempt would start).
+	StateScheduled: {
+		EventQueued:          StateQueued,
+		EventCancelled:       StateCancelled,
+		EventSuppressed:      StateSuppressed,
+		EventReceiptRecorded: StateScheduled,
+	},
 	StateQueued: {
 		EventAttemptStarted:  StateProcessing,
 		EventDeferred:        StateQueued,
-		EventCancelled:       StateCancelled, // only while no attempt ever started (Delivery.Cancel)
+		EventCancelled:       StateCancelled,  // only while no attempt ever started (Delivery.Cancel)
+		EventSuppressed:      StateSuppressed, // a worker found the recipient suppressed, before any call
 		EventReceiptRecorded: StateQueued,
 	},
 	StateProcessing: {
@@ -45,6 +53,8 @@ var expectedTransitions = map[State]map[EventType]State{
 	StateDelivered: {EventReceiptRecorded: StateDelivered},
 	// Cancelled is terminal: nothing but evidence follows it, above all no attempt's start.
 	StateCancelled: {EventReceiptRecorded: StateCancelled},
+	// Suppressed is terminal like cancelled: no attempt follows it.
+	StateSuppressed: {EventReceiptRecorded: StateSuppressed},
 }
 
 // allStates is StateNone plus every state of the contract.
@@ -127,7 +137,7 @@ func TestStatesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	wire := []State{"accepted", "scheduled", "queued", "processing", "retrying", "delivered", "dead", "unknown", "cancelled"}
+	wire := []State{"accepted", "scheduled", "queued", "processing", "retrying", "delivered", "dead", "unknown", "cancelled", "suppressed"}
 	if len(States) != len(wire) {
 		t.Errorf("States has %d elements, the wire contract has %d", len(States), len(wire))
 	}
@@ -151,8 +161,8 @@ func TestEventTypesHaveNoDuplicates(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 17 {
-		t.Errorf("EventTypes has %d distinct types, want 17", len(seen))
+	if len(seen) != 18 {
+		t.Errorf("EventTypes has %d distinct types, want 18", len(seen))
 	}
 }
 
@@ -170,9 +180,9 @@ func TestEveryStateButDeliveredHasAWayOut(t *testing.T) {
 			}
 		}
 		switch {
-		case (from == StateDelivered || from == StateCancelled) && len(exits) != 0:
+		case (from == StateDelivered || from == StateCancelled || from == StateSuppressed) && len(exits) != 0:
 			t.Errorf("%s is final but %v leave it", from, exits)
-		case from != StateDelivered && from != StateCancelled && len(exits) == 0:
+		case from != StateDelivered && from != StateCancelled && from != StateSuppressed && len(exits) == 0:
 			t.Errorf("state %q has no way out", from)
 		}
 	}
@@ -200,11 +210,11 @@ func TestPreservingKeepsEveryState(t *testing.T) {
 	}
 }
 
-func TestTerminalOnlyDeliveredDeadAndCancelled(t *testing.T) {
+func TestTerminalOnlyDeliveredDeadCancelledAndSuppressed(t *testing.T) {
 	t.Parallel()
 
 	for _, s := range allStates() {
-		want := s == StateDelivered || s == StateDead || s == StateCancelled
+		want := s == StateDelivered || s == StateDead || s == StateCancelled || s == StateSuppressed
 		if got := s.Terminal(); got != want {
 			t.Errorf("%q.Terminal() = %v, want %v", s, got, want)
 		}

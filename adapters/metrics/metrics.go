@@ -17,6 +17,7 @@ type Metrics struct {
 	registry *prometheus.Registry
 
 	accepts          *prometheus.CounterVec
+	suppressed       *prometheus.CounterVec
 	attempts         *prometheus.CounterVec
 	retries          *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
@@ -52,6 +53,10 @@ func New() *Metrics {
 			Name: "ledger_accepted_deliveries_total",
 			Help: "Deliveries accepted (committed with their outbox message), by channel and priority.",
 		}, []string{"channel", "priority"}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_deliveries_suppressed_total",
+			Help: "Deliveries recorded suppressed instead of sent, by channel and by what stopped them (suppression: the tenant's suppression list; preference: an opt-out of the category).",
+		}, []string{"channel", "by"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_attempts_total",
 			Help: "Delivery attempts by channel, provider and outcome (delivered, transient, permanent, unknown).",
@@ -134,7 +139,7 @@ func New() *Metrics {
 		m.accepts, m.attempts, m.retries, m.deadLetters, m.deferrals, m.attemptLatency,
 		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
 		m.projectionApplied, m.projectionLagEvents, m.projectionLagSeconds, m.viewDeliveries,
-		m.decisions, m.circuitState, m.receipts,
+		m.decisions, m.circuitState, m.receipts, m.suppressed,
 	)
 	return m
 }
@@ -155,6 +160,13 @@ func (m *Metrics) Decided(channel, decision string) {
 func (m *Metrics) Accepted(channel, priority string, n int) {
 	if m != nil {
 		m.accepts.WithLabelValues(channel, priority).Add(float64(n))
+	}
+}
+
+// Suppressed counts a delivery recorded suppressed (at its accept, or at an attempt's start).
+func (m *Metrics) Suppressed(channel, by string) {
+	if m != nil {
+		m.suppressed.WithLabelValues(channel, by).Inc()
 	}
 }
 

@@ -223,7 +223,10 @@ func appendEvents(ctx context.Context, tx execer, events []domain.Event) error {
 	if _, err := tx.Exec(ctx, eventsAppend, eventColumnsOf(events)...); err != nil {
 		return err
 	}
-	return writeDue(ctx, tx, events)
+	if err := writeDue(ctx, tx, events); err != nil {
+		return err
+	}
+	return writeSuppressions(ctx, tx, events)
 }
 
 // eventColumnsOf turns events into the column arrays of eventsAppend, ordered by (delivery,

@@ -61,6 +61,10 @@ type App struct {
 	reconciler *commands.Reconciler
 	receipts   *commands.RecordReceiptHandler
 	replayJobs *commands.ReplayJobs
+	// categories are the file's; suppression the check of the suppression list and the
+	// preferences, made by the accept and by every attempt's start.
+	categories  commands.Categories
+	suppression *commands.SuppressionCheck
 }
 
 // Option adjusts the wiring: tests replace a channel's provider with one that misbehaves, and the
@@ -135,6 +139,7 @@ func plan(cfg Config, logger *slog.Logger, o options) (*App, error) {
 	if a.channels, own, err = a.registry(file); err != nil {
 		return nil, err
 	}
+	a.categories = file.Categories
 	policy := cfg.policy()
 	a.policies = func(channel string) domain.RetryPolicy {
 		if p, ok := own[channel]; ok {
@@ -170,6 +175,8 @@ func (a *App) build(ctx context.Context) error {
 	}
 	a.store = postgres.NewEventStore(a.pool)
 	a.views = postgres.NewViews(a.pool)
+	a.suppression = &commands.SuppressionCheck{Store: postgres.NewSuppressionStore(a.pool), Categories: a.categories,
+		OnSuppressed: a.metrics.Suppressed}
 	clock := commands.SystemClock{}
 	policies := a.policies
 
@@ -193,7 +200,8 @@ func (a *App) build(ctx context.Context) error {
 		a.appends = postgres.NewAppendBatcher(a.store, 2, 64)
 		a.attempts, err = commands.NewAttemptHandler(commands.AttemptConfig{
 			Store: a.appends, Topics: a.topology, Clock: clock, Policies: policies, Channels: a.channels,
-			Limiter: limiter, Breakers: a.breakers, Metrics: a.metrics, Logger: logger.With("role", "worker"),
+			Limiter: limiter, Breakers: a.breakers, Metrics: a.metrics, Suppression: a.suppression,
+			Logger: logger.With("role", "worker"),
 		})
 		if err != nil {
 			return err
@@ -257,6 +265,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	accept := commands.NewAcceptHandler(a.batcher, a.topology, clock, policies)
 	accept.OnAccepted = a.metrics.Accepted
 	accept.MaxFanOutBytes = a.cfg.MaxFanOutBytes
+	accept.Suppression, accept.Normalize = a.suppression, a.channels.Normalize
 	replay := commands.NewReplayHandler(a.store, a.topology, clock)
 	replay.OnDecided = a.metrics.Decided
 	replay.Requests = a.store

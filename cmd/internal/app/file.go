@@ -19,6 +19,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
 	ptype "github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -42,6 +43,9 @@ type File struct {
 	Channels []ChannelFile
 	// Providers by name.
 	Providers map[string]*ProviderFile
+	// Categories are the notification categories a request may name (`category`), by name: a
+	// recipient may opt out of any but a required one.
+	Categories commands.Categories
 	// Path is where the file was read from ("" for the built-in default).
 	Path string
 	// Warnings are what runs but deserves a word: `ledger config check` prints them and the
@@ -49,6 +53,41 @@ type File struct {
 	Warnings []string
 	// root is the file's top mapping, for the lines of the wiring's refusals.
 	root *yaml.Node
+}
+
+// categoryName is what a category name may be: it is part of unsubscribe tokens, metric labels
+// and the preferences' key.
+var categoryName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+// categories reads the categories block: `categories: {marketing: {}, account: {required: true}}`.
+func (p *fileParser) categories(n *yaml.Node) commands.Categories {
+	out := commands.Categories{}
+	for _, kv := range p.mapping(n, "categories") {
+		field := "categories." + kv.key
+		if !categoryName.MatchString(kv.key) {
+			p.fail(kv.keyNode, field, "a category name is lower-case letters, digits, _ and -, starting with a letter, at most 64 long")
+			continue
+		}
+		var c commands.Category
+		if kv.value.Kind == yaml.ScalarNode && (kv.value.Tag == "!!null" || kv.value.Value == "") {
+			out[kv.key] = c
+			continue
+		}
+		for _, ckv := range p.mapping(kv.value, field) {
+			switch ckv.key {
+			case "required":
+				var required bool
+				if err := ckv.value.Decode(&required); err != nil {
+					p.fail(ckv.value, field+".required", "true or false")
+				}
+				c.Required = required
+			default:
+				p.unknown(ckv.keyNode, field+"."+ckv.key, "required")
+			}
+		}
+		out[kv.key] = c
+	}
+	return out
 }
 
 // at is a refusal of the wiring at a line of the file, or without one for the built-in default.
@@ -173,8 +212,10 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 			channels = kv.value
 		case "providers":
 			providers = kv.value
+		case "categories":
+			f.Categories = p.categories(kv.value)
 		default:
-			p.unknown(kv.keyNode, kv.key, "public_url, channels, providers")
+			p.unknown(kv.keyNode, kv.key, "public_url, channels, providers, categories")
 		}
 	}
 	if providers != nil {

@@ -1,0 +1,3 @@
+DROP TABLE preferences;
+DROP TABLE suppressions;
+DROP TABLE recipient_events;
