@@ -32,6 +32,11 @@ type WorkMessage struct {
 	RequestKey string `json:"idempotency_key,omitempty"`
 	// Window is when the attempt may start (the delivery's, fixed at acceptance); nil: always.
 	Window *domain.Window `json:"window,omitempty"`
+	// Category is the notification's category, when it has one; RecipientKey the recipient in
+	// its channel's normal form, when that differs from Recipient. The email channel signs an
+	// unsubscribe link over both (List-Unsubscribe, RFC 8058).
+	Category     string `json:"category,omitempty"`
+	RecipientKey string `json:"recipient_key,omitempty"`
 }
 
 // DeadLetter is the body of a dead queue message: the attempt snapshot and why it died, so an
@@ -61,7 +66,7 @@ var messageNamespace = uuid.MustParse("6b1f0d5e-4c43-4b8e-9a55-1f5a3c2e7d10")
 
 // snapshot is the attempt snapshot of d.
 func snapshot(d *domain.Delivery, attempt int, dueAt time.Time) WorkMessage {
-	return WorkMessage{
+	m := WorkMessage{
 		DeliveryID:  d.ID(),
 		Tenant:      d.Tenant(),
 		Channel:     d.Channel(),
@@ -74,7 +79,12 @@ func snapshot(d *domain.Delivery, attempt int, dueAt time.Time) WorkMessage {
 		AcceptedAt:  d.AcceptedAt(),
 		RequestKey:  d.RequestKey(),
 		Window:      d.Window(),
+		Category:    d.Category(),
 	}
+	if key := d.RecipientKey(); key != d.Recipient() {
+		m.RecipientKey = key
+	}
+	return m
 }
 
 // workMessageFor builds the outbox message that carries the next attempt of d, with ctx's trace

@@ -104,6 +104,9 @@ type Deps struct {
 	Receipts *Receipts
 	// Providers, when set, answers GET /v1/providers.
 	Providers ProviderLister
+	// Suppressions, when set, serves the suppression list (POST and GET /v1/suppressions,
+	// GET and DELETE /v1/suppressions/{id}) and the preferences (PUT and GET /v1/preferences).
+	Suppressions *commands.Suppressions
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error
