@@ -28,6 +28,7 @@ type deliveryRequest struct {
 	MaxAttempts *int            `json:"max_attempts"`
 	Window      *windowRequest  `json:"window"`
 	SendAt      *string         `json:"send_at"`
+	Category    string          `json:"category"`
 }
 
 // notificationRequest is the body of POST /v1/notifications.
@@ -38,6 +39,7 @@ type notificationRequest struct {
 	MaxAttempts *int               `json:"max_attempts"`
 	Window      *windowRequest     `json:"window"`
 	SendAt      *string            `json:"send_at"`
+	Category    string             `json:"category"`
 }
 
 type recipientRequest struct {
@@ -54,6 +56,8 @@ type deliveryAccepted struct {
 	Channel        string       `json:"channel"`
 	Recipient      string       `json:"recipient"`
 	AcceptedAt     time.Time    `json:"accepted_at"`
+	// Suppression says what suppressed the delivery (state suppressed).
+	Suppression *domain.Suppressed `json:"suppression,omitempty"`
 }
 
 // notificationAccepted is the 202 answer of POST /v1/notifications.
@@ -64,17 +68,19 @@ type notificationAccepted struct {
 }
 
 type acceptedDelivery struct {
-	ID        string       `json:"id"`
-	Channel   string       `json:"channel"`
-	Recipient string       `json:"recipient"`
-	State     domain.State `json:"state"`
+	ID          string             `json:"id"`
+	Channel     string             `json:"channel"`
+	Recipient   string             `json:"recipient"`
+	State       domain.State       `json:"state"`
+	Suppression *domain.Suppressed `json:"suppression,omitempty"`
 }
 
 func newNotificationAccepted(res commands.AcceptResult) notificationAccepted {
 	out := notificationAccepted{ID: res.NotificationID, AcceptedAt: storedPrecision(res.AcceptedAt),
 		Deliveries: make([]acceptedDelivery, len(res.Deliveries))}
 	for i, d := range res.Deliveries {
-		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: acceptedState(res)}
+		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: acceptedState(res, d),
+			Suppression: d.Suppression}
 	}
 	return out
 }
@@ -98,6 +104,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	if err != nil {
 		return err
 	}
+	cmd.Category = req.Category
 	if cmd.SendAt, err = parseSendAt(req.SendAt); err != nil {
 		return err
 	}
@@ -118,7 +125,8 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	d := res.Deliveries[0]
 	w.Header().Set("Location", "/v1/deliveries/"+d.ID)
 	s.writeAccepted(w, r, res.Replayed, deliveryAccepted{ID: d.ID, NotificationID: res.NotificationID,
-		State: acceptedState(res), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt)})
+		State: acceptedState(res, d), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt),
+		Suppression: d.Suppression})
 	return nil
 }
 
@@ -137,6 +145,7 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	if err != nil {
 		return err
 	}
+	cmd.Category = req.Category
 	if cmd.SendAt, err = parseSendAt(req.SendAt); err != nil {
 		return err
 	}

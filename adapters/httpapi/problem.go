@@ -72,6 +72,11 @@ func problemFor(err error) problem {
 	if errors.As(err, &re) {
 		p.Field, p.Detail = re.field, re.detail
 	}
+	var field *commands.InvalidField
+	if re == nil && errors.As(err, &field) {
+		// A command's refusal of one member (a category not declared, an unknown channel).
+		p.Field, p.Detail = field.Field, field.Reason
+	}
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -80,7 +85,7 @@ func problemFor(err error) problem {
 	case errors.Is(err, commands.ErrFanOutTooLarge):
 		// The body fits, but what it fans out to does not; the handler names the member.
 		p.Status = http.StatusRequestEntityTooLarge
-	case errors.Is(err, errInvalid), errors.Is(err, domain.ErrInvalidDelivery):
+	case errors.Is(err, errInvalid), errors.Is(err, domain.ErrInvalidDelivery), errors.Is(err, commands.ErrSuppressionInvalid):
 		p.Status = http.StatusBadRequest
 	case errors.Is(err, errUnauthenticated):
 		p.Status = http.StatusUnauthorized
@@ -98,8 +103,12 @@ func problemFor(err error) problem {
 		// caller repeats it. Fixed text: the driver's error names hosts and users.
 		p.Status, p.Detail = http.StatusServiceUnavailable, "the database connection was lost; repeat the request (with the same Idempotency-Key, if it had one)"
 	case errors.Is(err, commands.ErrNotFound):
-		// Fixed text: the same answer for "no such id" and "another tenant's id".
-		p.Status, p.Detail = http.StatusNotFound, "no delivery with this id"
+		// Fixed text: the same answer for "no such id" and "another tenant's id". A handler
+		// of another resource names it (requestError).
+		p.Status = http.StatusNotFound
+		if re == nil {
+			p.Detail = "no delivery with this id"
+		}
 	case errors.Is(err, errRouteNotFound):
 		p.Status = http.StatusNotFound
 	case errors.Is(err, errMethodNotAllowed):

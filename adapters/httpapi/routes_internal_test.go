@@ -59,8 +59,9 @@ func fullServer(t *testing.T) *server {
 		Replay: &commands.ReplayHandler{}, Reconcile: &commands.ReconcileHandler{}, OperatorRequests: idleDeps{},
 		Cancel: &commands.CancelHandler{}, Notifications: idleDeps{},
 		ReplayJobs: &commands.ReplayJobs{}, Receipts: &Receipts{Record: &commands.RecordReceiptHandler{}},
-		Providers: func(context.Context) ([]ProviderView, error) { panic("called") },
-		Ready:     func(context.Context) error { return nil }}
+		Providers:    func(context.Context) ([]ProviderView, error) { panic("called") },
+		Suppressions: &commands.Suppressions{},
+		Ready:        func(context.Context) error { return nil }}
 	v := reflect.ValueOf(deps)
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {

@@ -23,8 +23,13 @@ func parseSendAt(v *string) (*time.Time, error) {
 	return &t, nil
 }
 
-// acceptedState is the state an accept answer names for its deliveries.
-func acceptedState(res commands.AcceptResult) domain.State {
+// acceptedState is the state an accept answer names for one of its deliveries: the one the
+// accept recorded, or for the stored answers of accepts from before that was kept, what the
+// request asked for.
+func acceptedState(res commands.AcceptResult, d commands.AcceptedDelivery) domain.State {
+	if d.State != "" {
+		return d.State
+	}
 	if res.SendAt != nil {
 		return domain.StateScheduled
 	}

@@ -169,6 +169,14 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 	if deps.Providers != nil {
 		s.tenantRoute("GET /v1/providers", s.providers)
 	}
+	if deps.Suppressions != nil {
+		s.tenantRoute("POST /v1/suppressions", s.addSuppression)
+		s.tenantRoute("GET /v1/suppressions", s.listSuppressions, "channel", "recipient", "include_removed", "limit", "cursor")
+		s.tenantRoute("GET /v1/suppressions/{id}", s.suppression)
+		s.tenantRoute("DELETE /v1/suppressions/{id}", s.removeSuppression)
+		s.tenantRoute("PUT /v1/preferences", s.putPreference)
+		s.tenantRoute("GET /v1/preferences", s.preferences, "channel", "recipient")
+	}
 	if deps.Receipts != nil {
 		// Not in s.routes: the provider chooses the callback's query (see receipt). GET is for
 		// the providers that send receipts as a query (Receipts.ByGET); receipt refuses it for

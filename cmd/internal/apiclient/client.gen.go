@@ -281,8 +281,9 @@ func (e DeliveredEventType) Valid() bool {
 
 // Defines values for DeliveryAcceptedState.
 const (
-	DeliveryAcceptedStateAccepted  DeliveryAcceptedState = "accepted"
-	DeliveryAcceptedStateScheduled DeliveryAcceptedState = "scheduled"
+	DeliveryAcceptedStateAccepted   DeliveryAcceptedState = "accepted"
+	DeliveryAcceptedStateScheduled  DeliveryAcceptedState = "scheduled"
+	DeliveryAcceptedStateSuppressed DeliveryAcceptedState = "suppressed"
 )
 
 // Valid indicates whether the value is a known member of the DeliveryAcceptedState enum.
@@ -291,6 +292,8 @@ func (e DeliveryAcceptedState) Valid() bool {
 	case DeliveryAcceptedStateAccepted:
 		return true
 	case DeliveryAcceptedStateScheduled:
+		return true
+	case DeliveryAcceptedStateSuppressed:
 		return true
 	default:
 		return false
@@ -340,6 +343,7 @@ const (
 	EventTypeDeliveryReplayed            EventType = "delivery.replayed"
 	EventTypeDeliveryRetryScheduled      EventType = "delivery.retry_scheduled"
 	EventTypeDeliveryScheduled           EventType = "delivery.scheduled"
+	EventTypeDeliverySuppressed          EventType = "delivery.suppressed"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -379,6 +383,8 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeDeliveryScheduled:
 		return true
+	case EventTypeDeliverySuppressed:
+		return true
 	default:
 		return false
 	}
@@ -416,8 +422,9 @@ func (e FailedOverEventType) Valid() bool {
 
 // Defines values for NotificationAcceptedDeliveriesState.
 const (
-	NotificationAcceptedDeliveriesStateAccepted  NotificationAcceptedDeliveriesState = "accepted"
-	NotificationAcceptedDeliveriesStateScheduled NotificationAcceptedDeliveriesState = "scheduled"
+	NotificationAcceptedDeliveriesStateAccepted   NotificationAcceptedDeliveriesState = "accepted"
+	NotificationAcceptedDeliveriesStateScheduled  NotificationAcceptedDeliveriesState = "scheduled"
+	NotificationAcceptedDeliveriesStateSuppressed NotificationAcceptedDeliveriesState = "suppressed"
 )
 
 // Valid indicates whether the value is a known member of the NotificationAcceptedDeliveriesState enum.
@@ -426,6 +433,8 @@ func (e NotificationAcceptedDeliveriesState) Valid() bool {
 	case NotificationAcceptedDeliveriesStateAccepted:
 		return true
 	case NotificationAcceptedDeliveriesStateScheduled:
+		return true
+	case NotificationAcceptedDeliveriesStateSuppressed:
 		return true
 	default:
 		return false
@@ -456,6 +465,24 @@ const (
 func (e OutcomeUnknownEventType) Valid() bool {
 	switch e {
 	case OutcomeUnknownEventTypeDeliveryOutcomeUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PreferenceSource.
+const (
+	Api         PreferenceSource = "api"
+	Unsubscribe PreferenceSource = "unsubscribe"
+)
+
+// Valid indicates whether the value is a known member of the PreferenceSource enum.
+func (e PreferenceSource) Valid() bool {
+	switch e {
+	case Api:
+		return true
+	case Unsubscribe:
 		return true
 	default:
 		return false
@@ -895,6 +922,7 @@ const (
 	StateQueued     State = "queued"
 	StateRetrying   State = "retrying"
 	StateScheduled  State = "scheduled"
+	StateSuppressed State = "suppressed"
 	StateUnknown    State = "unknown"
 )
 
@@ -917,7 +945,120 @@ func (e State) Valid() bool {
 		return true
 	case StateScheduled:
 		return true
+	case StateSuppressed:
+		return true
 	case StateUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressedDataBy.
+const (
+	SuppressedDataByPreference  SuppressedDataBy = "preference"
+	SuppressedDataBySuppression SuppressedDataBy = "suppression"
+)
+
+// Valid indicates whether the value is a known member of the SuppressedDataBy enum.
+func (e SuppressedDataBy) Valid() bool {
+	switch e {
+	case SuppressedDataByPreference:
+		return true
+	case SuppressedDataBySuppression:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressedDataFrom.
+const (
+	SuppressedDataFromAccepted  SuppressedDataFrom = "accepted"
+	SuppressedDataFromQueued    SuppressedDataFrom = "queued"
+	SuppressedDataFromScheduled SuppressedDataFrom = "scheduled"
+)
+
+// Valid indicates whether the value is a known member of the SuppressedDataFrom enum.
+func (e SuppressedDataFrom) Valid() bool {
+	switch e {
+	case SuppressedDataFromAccepted:
+		return true
+	case SuppressedDataFromQueued:
+		return true
+	case SuppressedDataFromScheduled:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressedDataSource.
+const (
+	SuppressedDataSourceImport   SuppressedDataSource = "import"
+	SuppressedDataSourceManual   SuppressedDataSource = "manual"
+	SuppressedDataSourceProvider SuppressedDataSource = "provider"
+)
+
+// Valid indicates whether the value is a known member of the SuppressedDataSource enum.
+func (e SuppressedDataSource) Valid() bool {
+	switch e {
+	case SuppressedDataSourceImport:
+		return true
+	case SuppressedDataSourceManual:
+		return true
+	case SuppressedDataSourceProvider:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressedEventState.
+const (
+	SuppressedEventStateSuppressed SuppressedEventState = "suppressed"
+)
+
+// Valid indicates whether the value is a known member of the SuppressedEventState enum.
+func (e SuppressedEventState) Valid() bool {
+	switch e {
+	case SuppressedEventStateSuppressed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressedEventType.
+const (
+	SuppressedEventTypeDeliverySuppressed SuppressedEventType = "delivery.suppressed"
+)
+
+// Valid indicates whether the value is a known member of the SuppressedEventType enum.
+func (e SuppressedEventType) Valid() bool {
+	switch e {
+	case SuppressedEventTypeDeliverySuppressed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressionSource.
+const (
+	SuppressionSourceImport   SuppressionSource = "import"
+	SuppressionSourceManual   SuppressionSource = "manual"
+	SuppressionSourceProvider SuppressionSource = "provider"
+)
+
+// Valid indicates whether the value is a known member of the SuppressionSource enum.
+func (e SuppressionSource) Valid() bool {
+	switch e {
+	case SuppressionSourceImport:
+		return true
+	case SuppressionSourceManual:
+		return true
+	case SuppressionSourceProvider:
 		return true
 	default:
 		return false
@@ -2256,6 +2397,126 @@ func (e CancelNotification500ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for ListPreferences400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ListPreferences400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListPreferences400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ListPreferences400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ListPreferences400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ListPreferences400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPreferences401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ListPreferences401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListPreferences401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ListPreferences401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ListPreferences401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ListPreferences401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPreferences500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ListPreferences500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListPreferences500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ListPreferences500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ListPreferences500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ListPreferences500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	PutPreference400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e PutPreference400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case PutPreference400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	PutPreference401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e PutPreference401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case PutPreference401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference413ApplicationProblemPlusJSONResponseBodyType.
+const (
+	PutPreference413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference413ApplicationProblemPlusJSONResponseBodyType enum.
+func (e PutPreference413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case PutPreference413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference415ApplicationProblemPlusJSONResponseBodyType.
+const (
+	PutPreference415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference415ApplicationProblemPlusJSONResponseBodyType enum.
+func (e PutPreference415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case PutPreference415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	PutPreference500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e PutPreference500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case PutPreference500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListProviders400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListProviders400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListProviders400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2916,8 +3177,281 @@ func (e GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for ListSuppressions400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ListSuppressions400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListSuppressions400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressions400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ListSuppressions400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ListSuppressions400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListSuppressions401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ListSuppressions401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListSuppressions401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressions401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ListSuppressions401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ListSuppressions401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListSuppressions500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ListSuppressions500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListSuppressions500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressions500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ListSuppressions500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ListSuppressions500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	AddSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e AddSuppression400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case AddSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	AddSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e AddSuppression401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case AddSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression413ApplicationProblemPlusJSONResponseBodyType.
+const (
+	AddSuppression413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression413ApplicationProblemPlusJSONResponseBodyType enum.
+func (e AddSuppression413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case AddSuppression413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression415ApplicationProblemPlusJSONResponseBodyType.
+const (
+	AddSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression415ApplicationProblemPlusJSONResponseBodyType enum.
+func (e AddSuppression415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case AddSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	AddSuppression500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e AddSuppression500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case AddSuppression500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	RemoveSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case RemoveSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	RemoveSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case RemoveSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	RemoveSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case RemoveSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType.
+const (
+	RemoveSuppression413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType enum.
+func (e RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case RemoveSuppression413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType.
+const (
+	RemoveSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType enum.
+func (e RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case RemoveSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	RemoveSuppression500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case RemoveSuppression500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetSuppression400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	GetSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetSuppression400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e GetSuppression400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case GetSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetSuppression401ApplicationProblemPlusJSONResponseBodyType.
+const (
+	GetSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetSuppression401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression401ApplicationProblemPlusJSONResponseBodyType enum.
+func (e GetSuppression401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case GetSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetSuppression404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	GetSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetSuppression404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e GetSuppression404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case GetSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetSuppression500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	GetSuppression500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetSuppression500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e GetSuppression500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case GetSuppression500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
 // AcceptedData delivery.accepted. Everything an attempt needs, fixed at acceptance.
 type AcceptedData struct {
+	// Category The notification's category, when it named one.
+	Category *string `json:"category,omitempty"`
+
 	// Channel A configured channel (webhook, email, sms, ...); another is 400.
 	Channel        Channel `json:"channel"`
 	IdempotencyKey string  `json:"idempotency_key"`
@@ -2932,6 +3466,9 @@ type AcceptedData struct {
 	// Priority Orders work within a channel; normal by default.
 	Priority  Priority `json:"priority"`
 	Recipient string   `json:"recipient"`
+
+	// RecipientKey The recipient in its channel's normal form, when it differs from `recipient`; what suppressions and preferences are keyed by.
+	RecipientKey *string `json:"recipient_key,omitempty"`
 
 	// Trace The W3C traceparent of the accept request's span, present when the ledger traced it (OTEL_EXPORTER_OTLP_ENDPOINT set): every later hop of the delivery continues that trace.
 	Trace *string `json:"trace,omitempty"`
@@ -2987,6 +3524,11 @@ type AttemptResultData struct {
 	// Source What decided an attempt the provider accepted; absent for the call's own answer.
 	Source     *AttemptResultDataSource `json:"source,omitempty"`
 	StatusCode *int                     `json:"status_code,omitempty"`
+
+	// Suppresses On delivery.dead_lettered: the provider's answer is hard evidence that the recipient
+	// takes no more messages (docs/channels.md lists the codes); the recipient was added to
+	// the tenant's suppression list with this event as its evidence.
+	Suppresses *bool `json:"suppresses,omitempty"`
 }
 
 // AttemptResultDataSource What decided an attempt the provider accepted; absent for the call's own answer.
@@ -3310,6 +3852,11 @@ type DeliveryAccepted struct {
 	NotificationId UUID                  `json:"notification_id"`
 	Recipient      string                `json:"recipient"`
 	State          DeliveryAcceptedState `json:"state"`
+
+	// Suppression delivery.suppressed, and the `suppression` of an accept's answer: what stops the delivery.
+	// `by: suppression` names the list entry and its evidence; `by: preference` the category the
+	// recipient opted out of.
+	Suppression *SuppressedData `json:"suppression,omitempty"`
 }
 
 // DeliveryAcceptedState defines model for DeliveryAccepted.State.
@@ -3329,6 +3876,12 @@ type DeliveryList struct {
 
 // DeliveryRequest defines model for DeliveryRequest.
 type DeliveryRequest struct {
+	// Category A category the server's configuration declares (`categories:` in its file); an
+	// undeclared one is 400 naming `category`. A recipient who opted out of it (PUT
+	// /v1/preferences, or one-click unsubscribe) gets a `suppressed` delivery, unless the
+	// category is `required`. Part of the request for idempotency like any other member.
+	Category *string `json:"category,omitempty"`
+
 	// Channel A configured channel (webhook, email, sms, ...); another is 400.
 	Channel Channel `json:"channel"`
 
@@ -3443,6 +3996,11 @@ type NotificationAccepted struct {
 		Id        UUID                                `json:"id"`
 		Recipient string                              `json:"recipient"`
 		State     NotificationAcceptedDeliveriesState `json:"state"`
+
+		// Suppression delivery.suppressed, and the `suppression` of an accept's answer: what stops the delivery.
+		// `by: suppression` names the list entry and its evidence; `by: preference` the category the
+		// recipient opted out of.
+		Suppression *SuppressedData `json:"suppression,omitempty"`
 	} `json:"deliveries"`
 
 	// Id The notification's id.
@@ -3485,6 +4043,12 @@ type NotificationRecipient struct {
 
 // NotificationRequest defines model for NotificationRequest.
 type NotificationRequest struct {
+	// Category A category the server's configuration declares (`categories:` in its file); an
+	// undeclared one is 400 naming `category`. A recipient who opted out of it (PUT
+	// /v1/preferences, or one-click unsubscribe) gets a `suppressed` delivery, unless the
+	// category is `required`. Part of the request for idempotency like any other member.
+	Category *string `json:"category,omitempty"`
+
 	// MaxAttempts At most the server's LEDGER_MAX_ATTEMPTS, which is also the default.
 	MaxAttempts *int `json:"max_attempts,omitempty"`
 
@@ -3530,6 +4094,42 @@ type OutcomeUnknownEventType string
 
 // Payload The notification's payload, a JSON object (workers and receivers address its members by name).
 type Payload = map[string]interface{}
+
+// Preference defines model for Preference.
+type Preference struct {
+	Actor    *string `json:"actor,omitempty"`
+	Category string  `json:"category"`
+
+	// Channel A configured channel (webhook, email, sms, ...); another is 400.
+	Channel   Channel          `json:"channel"`
+	OptedOut  bool             `json:"opted_out"`
+	Recipient string           `json:"recipient"`
+	Source    PreferenceSource `json:"source"`
+
+	// UpdatedAt An RFC 3339 time.
+	UpdatedAt Timestamp `json:"updated_at"`
+}
+
+// PreferenceSource defines model for Preference.Source.
+type PreferenceSource string
+
+// PreferenceList defines model for PreferenceList.
+type PreferenceList struct {
+	Items []Preference `json:"items"`
+}
+
+// PreferenceRequest defines model for PreferenceRequest.
+type PreferenceRequest struct {
+	Actor *string `json:"actor,omitempty"`
+
+	// Category A declared category; a `required` one cannot be opted out of (400 naming `category`).
+	Category string `json:"category"`
+
+	// Channel A configured channel (webhook, email, sms, ...); another is 400.
+	Channel   Channel `json:"channel"`
+	OptedOut  bool    `json:"opted_out"`
+	Recipient string  `json:"recipient"`
+}
 
 // Priority Orders work within a channel; normal by default.
 type Priority string
@@ -4016,6 +4616,11 @@ type RetryScheduledData struct {
 	// Source What decided an attempt the provider accepted; absent for the call's own answer.
 	Source     *RetryScheduledDataSource `json:"source,omitempty"`
 	StatusCode *int                      `json:"status_code,omitempty"`
+
+	// Suppresses On delivery.dead_lettered: the provider's answer is hard evidence that the recipient
+	// takes no more messages (docs/channels.md lists the codes); the recipient was added to
+	// the tenant's suppression list with this event as its evidence.
+	Suppresses *bool `json:"suppresses,omitempty"`
 }
 
 // RetryScheduledDataSource What decided an attempt the provider accepted; absent for the call's own answer.
@@ -4080,6 +4685,7 @@ type StateCounts struct {
 	Queued     int `json:"queued"`
 	Retrying   int `json:"retrying"`
 	Scheduled  int `json:"scheduled"`
+	Suppressed int `json:"suppressed"`
 	Unknown    int `json:"unknown"`
 }
 
@@ -4121,6 +4727,116 @@ type StatsMinutes struct {
 	// View Which view answered and how many of the caller's own recorded events it does not reflect
 	// yet (0: the answer is complete; counted up to 1000). It says nothing of other tenants.
 	View View `json:"view"`
+}
+
+// SuppressedData delivery.suppressed, and the `suppression` of an accept's answer: what stops the delivery.
+// `by: suppression` names the list entry and its evidence; `by: preference` the category the
+// recipient opted out of.
+type SuppressedData struct {
+	// Attempt The attempt that was about to start, when a worker decided it.
+	Attempt  *int             `json:"attempt,omitempty"`
+	By       SuppressedDataBy `json:"by"`
+	Category *string          `json:"category,omitempty"`
+
+	// Evidence Why an entry is on the list: the delivery event whose provider answer caused it, or who added it.
+	Evidence *SuppressionEvidence `json:"evidence,omitempty"`
+
+	// From accepted when the accept decided it; scheduled or queued when an attempt was about to start.
+	From   SuppressedDataFrom    `json:"from"`
+	Reason *string               `json:"reason,omitempty"`
+	Source *SuppressedDataSource `json:"source,omitempty"`
+
+	// SuppressionId A UUID in its canonical lower-case form.
+	SuppressionId *UUID `json:"suppression_id,omitempty"`
+}
+
+// SuppressedDataBy defines model for SuppressedData.By.
+type SuppressedDataBy string
+
+// SuppressedDataFrom accepted when the accept decided it; scheduled or queued when an attempt was about to start.
+type SuppressedDataFrom string
+
+// SuppressedDataSource defines model for SuppressedData.Source.
+type SuppressedDataSource string
+
+// SuppressedEvent delivery.suppressed: the recipient is suppressed or opted out of the category; terminal, never sent.
+type SuppressedEvent struct {
+	// Data delivery.suppressed, and the `suppression` of an accept's answer: what stops the delivery.
+	// `by: suppression` names the list entry and its evidence; `by: preference` the category the
+	// recipient opted out of.
+	Data SuppressedData `json:"data"`
+
+	// RecordedAt An RFC 3339 time.
+	RecordedAt Timestamp            `json:"recorded_at"`
+	State      SuppressedEventState `json:"state"`
+	Type       SuppressedEventType  `json:"type"`
+
+	// Version The event's place in its delivery's stream, from 1.
+	Version EventVersion `json:"version"`
+}
+
+// SuppressedEventState defines model for SuppressedEvent.State.
+type SuppressedEventState string
+
+// SuppressedEventType defines model for SuppressedEvent.Type.
+type SuppressedEventType string
+
+// Suppression One entry of the tenant's suppression list.
+type Suppression struct {
+	// Channel A configured channel (webhook, email, sms, ...); another is 400.
+	Channel Channel `json:"channel"`
+
+	// CreatedAt An RFC 3339 time.
+	CreatedAt Timestamp `json:"created_at"`
+
+	// Evidence Why an entry is on the list: the delivery event whose provider answer caused it, or who added it.
+	Evidence SuppressionEvidence `json:"evidence"`
+
+	// Id A UUID in its canonical lower-case form.
+	Id     UUID    `json:"id"`
+	Reason *string `json:"reason,omitempty"`
+
+	// Recipient The recipient in its channel's normal form (a lower-cased address, a URL without its fragment).
+	Recipient string `json:"recipient"`
+
+	// RemovedAt Set once removed; a removed entry suppresses nothing.
+	RemovedAt     *Timestamp        `json:"removed_at,omitempty"`
+	RemovedBy     *string           `json:"removed_by,omitempty"`
+	RemovedReason *string           `json:"removed_reason,omitempty"`
+	Source        SuppressionSource `json:"source"`
+}
+
+// SuppressionSource defines model for Suppression.Source.
+type SuppressionSource string
+
+// SuppressionEvidence Why an entry is on the list: the delivery event whose provider answer caused it, or who added it.
+type SuppressionEvidence struct {
+	Actor *string `json:"actor,omitempty"`
+
+	// DeliveryId A UUID in its canonical lower-case form.
+	DeliveryId   *UUID   `json:"delivery_id,omitempty"`
+	EventVersion *int    `json:"event_version,omitempty"`
+	Provider     *string `json:"provider,omitempty"`
+	ProviderCode *string `json:"provider_code,omitempty"`
+}
+
+// SuppressionList defines model for SuppressionList.
+type SuppressionList struct {
+	Items []Suppression `json:"items"`
+
+	// NextCursor Absent on the last page.
+	NextCursor *Cursor `json:"next_cursor,omitempty"`
+}
+
+// SuppressionRequest defines model for SuppressionRequest.
+type SuppressionRequest struct {
+	// Actor Who adds it; the key's tenant ("tenant:acme") when absent.
+	Actor *string `json:"actor,omitempty"`
+
+	// Channel A configured channel (webhook, email, sms, ...); another is 400.
+	Channel   Channel `json:"channel"`
+	Reason    *string `json:"reason,omitempty"`
+	Recipient string  `json:"recipient"`
 }
 
 // Timestamp An RFC 3339 time.
@@ -4726,6 +5442,36 @@ type CancelNotification415ApplicationProblemPlusJSONResponseBodyType string
 // CancelNotification500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification500ApplicationProblemPlusJSONResponseBodyType string
 
+// ListPreferencesParams defines parameters for ListPreferences.
+type ListPreferencesParams struct {
+	Channel   Channel `form:"channel" json:"channel"`
+	Recipient string  `form:"recipient" json:"recipient"`
+}
+
+// ListPreferences400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListPreferences.
+type ListPreferences400ApplicationProblemPlusJSONResponseBodyType string
+
+// ListPreferences401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListPreferences.
+type ListPreferences401ApplicationProblemPlusJSONResponseBodyType string
+
+// ListPreferences500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListPreferences.
+type ListPreferences500ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference400ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
+type PutPreference400ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference401ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
+type PutPreference401ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference413ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
+type PutPreference413ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference415ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
+type PutPreference415ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference500ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
+type PutPreference500ApplicationProblemPlusJSONResponseBodyType string
+
 // ListProviders400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListProviders.
 type ListProviders400ApplicationProblemPlusJSONResponseBodyType string
 
@@ -4892,6 +5638,75 @@ type GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyType string
 // GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStatsMinutes.
 type GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType string
 
+// ListSuppressionsParams defines parameters for ListSuppressions.
+type ListSuppressionsParams struct {
+	Channel *Channel `form:"channel,omitempty" json:"channel,omitempty"`
+
+	// Recipient With channel; matched in the channel's normal form.
+	Recipient *string `form:"recipient,omitempty" json:"recipient,omitempty"`
+
+	// IncludeRemoved List removed entries too.
+	IncludeRemoved *bool `form:"include_removed,omitempty" json:"include_removed,omitempty"`
+	Limit          *int  `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page (same filters).
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListSuppressions400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListSuppressions.
+type ListSuppressions400ApplicationProblemPlusJSONResponseBodyType string
+
+// ListSuppressions401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListSuppressions.
+type ListSuppressions401ApplicationProblemPlusJSONResponseBodyType string
+
+// ListSuppressions500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListSuppressions.
+type ListSuppressions500ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression400ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
+type AddSuppression400ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression401ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
+type AddSuppression401ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression413ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
+type AddSuppression413ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression415ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
+type AddSuppression415ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
+type AddSuppression500ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
+type RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
+type RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
+type RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
+type RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
+type RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
+type RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType string
+
+// GetSuppression400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
+type GetSuppression400ApplicationProblemPlusJSONResponseBodyType string
+
+// GetSuppression401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
+type GetSuppression401ApplicationProblemPlusJSONResponseBodyType string
+
+// GetSuppression404ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
+type GetSuppression404ApplicationProblemPlusJSONResponseBodyType string
+
+// GetSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
+type GetSuppression500ApplicationProblemPlusJSONResponseBodyType string
+
 // AcceptDeliveryJSONRequestBody defines body for AcceptDelivery for application/json ContentType.
 type AcceptDeliveryJSONRequestBody = DeliveryRequest
 
@@ -4913,6 +5728,9 @@ type AcceptNotificationJSONRequestBody = NotificationRequest
 // CancelNotificationJSONRequestBody defines body for CancelNotification for application/json ContentType.
 type CancelNotificationJSONRequestBody = CancelRequest
 
+// PutPreferenceJSONRequestBody defines body for PutPreference for application/json ContentType.
+type PutPreferenceJSONRequestBody = PreferenceRequest
+
 // RecordReceiptJSONRequestBody defines body for RecordReceipt for application/json ContentType.
 type RecordReceiptJSONRequestBody = RecordReceiptJSONBody
 
@@ -4921,6 +5739,12 @@ type RecordReceiptFormdataRequestBody RecordReceiptFormdataBody
 
 // CreateReplayJobJSONRequestBody defines body for CreateReplayJob for application/json ContentType.
 type CreateReplayJobJSONRequestBody = ReplayJobRequest
+
+// AddSuppressionJSONRequestBody defines body for AddSuppression for application/json ContentType.
+type AddSuppressionJSONRequestBody = SuppressionRequest
+
+// RemoveSuppressionJSONRequestBody defines body for RemoveSuppression for application/json ContentType.
+type RemoveSuppressionJSONRequestBody = CancelRequest
 
 // AsAcceptedEvent returns the union data inside the Event as a AcceptedEvent
 func (t Event) AsAcceptedEvent() (AcceptedEvent, error) {
@@ -5500,6 +6324,40 @@ func (t *Event) MergeCancelledEvent(v CancelledEvent) error {
 	return err
 }
 
+// AsSuppressedEvent returns the union data inside the Event as a SuppressedEvent
+func (t Event) AsSuppressedEvent() (SuppressedEvent, error) {
+	var body SuppressedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSuppressedEvent overwrites any union data inside the Event as the provided SuppressedEvent
+func (t *Event) FromSuppressedEvent(v SuppressedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"delivery.suppressed"}`))
+	t.union = b
+	return err
+}
+
+// MergeSuppressedEvent performs a merge with any union data inside the Event, using the provided SuppressedEvent
+func (t *Event) MergeSuppressedEvent(v SuppressedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"delivery.suppressed"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 func (t Event) Discriminator() (string, error) {
 	var discriminator struct {
 		Discriminator string `json:"type"`
@@ -5548,6 +6406,8 @@ func (t Event) ValueByDiscriminator() (interface{}, error) {
 		return t.AsRetryScheduledEvent()
 	case "delivery.scheduled":
 		return t.AsScheduledEvent()
+	case "delivery.suppressed":
+		return t.AsSuppressedEvent()
 	default:
 		return nil, errors.New("unknown discriminator value: " + discriminator)
 	}
@@ -5871,6 +6731,33 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
 	CancelNotification(ctx context.Context, id UUID, body CancelNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListPreferences A recipient's preferences on a channel
+	//
+	// Corresponds with GET /v1/preferences (the `ListPreferences` operationId).
+	ListPreferences(ctx context.Context, params *ListPreferencesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPreferenceWithBody Opt a recipient out of a category, or back in
+	//
+	// Recorded as an event of the preference's own stream (nothing is recorded when it is
+	// already so). A delivery of that category to the recipient is then `suppressed`, unless
+	// the category is `required`, which cannot be opted out of (400 naming `category`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+	PutPreferenceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPreference Opt a recipient out of a category, or back in
+	//
+	// Recorded as an event of the preference's own stream (nothing is recorded when it is
+	// already so). A delivery of that category to the recipient is then `suppressed`, unless
+	// the category is `required`, which cannot be opted out of (400 naming `category`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+	PutPreference(ctx context.Context, body PutPreferenceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListProviders Every provider, its channel and its health
 	//
 	// The same for every tenant (providers are the operator's); needs a key like any /v1 route.
@@ -6016,6 +6903,58 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/stats/minutes (the `GetStatsMinutes` operationId).
 	GetStatsMinutes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSuppressions The tenant's suppression list, newest first
+	//
+	// Corresponds with GET /v1/suppressions (the `ListSuppressions` operationId).
+	ListSuppressions(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddSuppressionWithBody Put a recipient on the tenant's suppression list
+	//
+	// The recipient is keyed by its channel's normal form. A recipient already on the list is
+	// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+	// at its accept (never queued), or at the start of its next attempt for one accepted before.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+	AddSuppressionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddSuppression Put a recipient on the tenant's suppression list
+	//
+	// The recipient is keyed by its channel's normal form. A recipient already on the list is
+	// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+	// at its accept (never queued), or at the start of its next attempt for one accepted before.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+	AddSuppression(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemoveSuppressionWithBody Take an entry off the list, with a reason
+	//
+	// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+	// (terminal). A repeat answers the removed entry again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+	RemoveSuppressionWithBody(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemoveSuppression Take an entry off the list, with a reason
+	//
+	// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+	// (terminal). A repeat answers the removed entry again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+	RemoveSuppression(ctx context.Context, id UUID, body RemoveSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSuppression One entry of the suppression list, removed or not
+	//
+	// Corresponds with GET /v1/suppressions/{id} (the `GetSuppression` operationId).
+	GetSuppression(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetConsole The operators' web console
@@ -6482,6 +7421,63 @@ func (c *Client) CancelNotification(ctx context.Context, id UUID, body CancelNot
 	return c.Client.Do(req)
 }
 
+// ListPreferences A recipient's preferences on a channel
+//
+// Corresponds with GET /v1/preferences (the `ListPreferences` operationId).
+func (c *Client) ListPreferences(ctx context.Context, params *ListPreferencesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPreferencesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPreferenceWithBody Opt a recipient out of a category, or back in
+//
+// Recorded as an event of the preference's own stream (nothing is recorded when it is
+// already so). A delivery of that category to the recipient is then `suppressed`, unless
+// the category is `required`, which cannot be opted out of (400 naming `category`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+func (c *Client) PutPreferenceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPreferenceRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPreference Opt a recipient out of a category, or back in
+//
+// Recorded as an event of the preference's own stream (nothing is recorded when it is
+// already so). A delivery of that category to the recipient is then `suppressed`, unless
+// the category is `required`, which cannot be opted out of (400 naming `category`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+func (c *Client) PutPreference(ctx context.Context, body PutPreferenceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPreferenceRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListProviders Every provider, its channel and its health
 //
 // The same for every tenant (providers are the operator's); needs a key like any /v1 route.
@@ -6748,6 +7744,118 @@ func (c *Client) GetStats(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // Corresponds with GET /v1/stats/minutes (the `GetStatsMinutes` operationId).
 func (c *Client) GetStatsMinutes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetStatsMinutesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSuppressions The tenant's suppression list, newest first
+//
+// Corresponds with GET /v1/suppressions (the `ListSuppressions` operationId).
+func (c *Client) ListSuppressions(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSuppressionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddSuppressionWithBody Put a recipient on the tenant's suppression list
+//
+// The recipient is keyed by its channel's normal form. A recipient already on the list is
+// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+// at its accept (never queued), or at the start of its next attempt for one accepted before.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+func (c *Client) AddSuppressionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddSuppressionRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddSuppression Put a recipient on the tenant's suppression list
+//
+// The recipient is keyed by its channel's normal form. A recipient already on the list is
+// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+// at its accept (never queued), or at the start of its next attempt for one accepted before.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+func (c *Client) AddSuppression(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddSuppressionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemoveSuppressionWithBody Take an entry off the list, with a reason
+//
+// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+// (terminal). A repeat answers the removed entry again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+func (c *Client) RemoveSuppressionWithBody(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveSuppressionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemoveSuppression Take an entry off the list, with a reason
+//
+// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+// (terminal). A repeat answers the removed entry again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+func (c *Client) RemoveSuppression(ctx context.Context, id UUID, body RemoveSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveSuppressionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSuppression One entry of the suppression list, removed or not
+//
+// Corresponds with GET /v1/suppressions/{id} (the `GetSuppression` operationId).
+func (c *Client) GetSuppression(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSuppressionRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -7741,6 +8849,104 @@ func NewCancelNotificationRequestWithBody(server string, id UUID, contentType st
 	return req, nil
 }
 
+// NewListPreferencesRequest constructs an http.Request for the ListPreferences method
+func NewListPreferencesRequest(server string, params *ListPreferencesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/preferences")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "channel", params.Channel, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recipient", params.Recipient, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutPreferenceRequest calls the generic PutPreference builder with application/json body
+func NewPutPreferenceRequest(server string, body PutPreferenceJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutPreferenceRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewPutPreferenceRequestWithBody constructs an http.Request for the PutPreference method, with any body, and a specified content type
+func NewPutPreferenceRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/preferences")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListProvidersRequest constructs an http.Request for the ListProviders method
 func NewListProvidersRequest(server string) (*http.Request, error) {
 	var err error
@@ -8194,6 +9400,229 @@ func NewGetStatsMinutesRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListSuppressionsRequest constructs an http.Request for the ListSuppressions method
+func NewListSuppressionsRequest(server string, params *ListSuppressionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/suppressions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Channel != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "channel", *params.Channel, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Recipient != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recipient", *params.Recipient, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.IncludeRemoved != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "include_removed", *params.IncludeRemoved, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddSuppressionRequest calls the generic AddSuppression builder with application/json body
+func NewAddSuppressionRequest(server string, body AddSuppressionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddSuppressionRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAddSuppressionRequestWithBody constructs an http.Request for the AddSuppression method, with any body, and a specified content type
+func NewAddSuppressionRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/suppressions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRemoveSuppressionRequest calls the generic RemoveSuppression builder with application/json body
+func NewRemoveSuppressionRequest(server string, id UUID, body RemoveSuppressionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRemoveSuppressionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewRemoveSuppressionRequestWithBody constructs an http.Request for the RemoveSuppression method, with any body, and a specified content type
+func NewRemoveSuppressionRequestWithBody(server string, id UUID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/suppressions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetSuppressionRequest constructs an http.Request for the GetSuppression method
+func NewGetSuppressionRequest(server string, id UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/suppressions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -8490,6 +9919,35 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
 	CancelNotificationWithResponse(ctx context.Context, id UUID, body CancelNotificationJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelNotificationResponse, error)
 
+	// ListPreferencesWithResponse A recipient's preferences on a channel
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/preferences (the `ListPreferences` operationId).
+	ListPreferencesWithResponse(ctx context.Context, params *ListPreferencesParams, reqEditors ...RequestEditorFn) (*ListPreferencesResponse, error)
+
+	// PutPreferenceWithBodyWithResponse Opt a recipient out of a category, or back in
+	//
+	// Recorded as an event of the preference's own stream (nothing is recorded when it is
+	// already so). A delivery of that category to the recipient is then `suppressed`, unless
+	// the category is `required`, which cannot be opted out of (400 naming `category`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+	PutPreferenceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPreferenceResponse, error)
+
+	// PutPreferenceWithResponse Opt a recipient out of a category, or back in
+	//
+	// Recorded as an event of the preference's own stream (nothing is recorded when it is
+	// already so). A delivery of that category to the recipient is then `suppressed`, unless
+	// the category is `required`, which cannot be opted out of (400 naming `category`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+	PutPreferenceWithResponse(ctx context.Context, body PutPreferenceJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPreferenceResponse, error)
+
 	// ListProvidersWithResponse Every provider, its channel and its health
 	//
 	// The same for every tenant (providers are the operator's); needs a key like any /v1 route.
@@ -8651,6 +10109,62 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/stats/minutes (the `GetStatsMinutes` operationId).
 	GetStatsMinutesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetStatsMinutesResponse, error)
+
+	// ListSuppressionsWithResponse The tenant's suppression list, newest first
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/suppressions (the `ListSuppressions` operationId).
+	ListSuppressionsWithResponse(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*ListSuppressionsResponse, error)
+
+	// AddSuppressionWithBodyWithResponse Put a recipient on the tenant's suppression list
+	//
+	// The recipient is keyed by its channel's normal form. A recipient already on the list is
+	// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+	// at its accept (never queued), or at the start of its next attempt for one accepted before.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+	AddSuppressionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error)
+
+	// AddSuppressionWithResponse Put a recipient on the tenant's suppression list
+	//
+	// The recipient is keyed by its channel's normal form. A recipient already on the list is
+	// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+	// at its accept (never queued), or at the start of its next attempt for one accepted before.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+	AddSuppressionWithResponse(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error)
+
+	// RemoveSuppressionWithBodyWithResponse Take an entry off the list, with a reason
+	//
+	// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+	// (terminal). A repeat answers the removed entry again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+	RemoveSuppressionWithBodyWithResponse(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RemoveSuppressionResponse, error)
+
+	// RemoveSuppressionWithResponse Take an entry off the list, with a reason
+	//
+	// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+	// (terminal). A repeat answers the removed entry again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+	RemoveSuppressionWithResponse(ctx context.Context, id UUID, body RemoveSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*RemoveSuppressionResponse, error)
+
+	// GetSuppressionWithResponse One entry of the suppression list, removed or not
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/suppressions/{id} (the `GetSuppression` operationId).
+	GetSuppressionWithResponse(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*GetSuppressionResponse, error)
 }
 
 // GetConsoleResponse200Headers the declared response headers of an HTTP 200 response for GetConsole
@@ -9942,6 +11456,158 @@ func (r CancelNotificationResponse) ContentType() string {
 	return ""
 }
 
+// ListPreferencesResponse401Headers the declared response headers of an HTTP 401 response for ListPreferences
+type ListPreferencesResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type ListPreferencesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PreferenceList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPreferencesResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPreferencesResponse) GetJSON200() *PreferenceList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListPreferencesResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPreferencesResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPreferencesResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPreferencesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPreferencesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPreferencesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPreferencesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutPreferenceResponse401Headers the declared response headers of an HTTP 401 response for PutPreference
+type PutPreferenceResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type PutPreferenceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Preference
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutPreferenceResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutPreferenceResponse) GetJSON200() *Preference {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutPreferenceResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutPreferenceResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PutPreferenceResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PutPreferenceResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutPreferenceResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PutPreferenceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutPreferenceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutPreferenceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutPreferenceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListProvidersResponse401Headers the declared response headers of an HTTP 401 response for ListProviders
 type ListProvidersResponse401Headers struct {
 	WWWAuthenticate string
@@ -10766,6 +12432,331 @@ func (r GetStatsMinutesResponse) ContentType() string {
 	return ""
 }
 
+// ListSuppressionsResponse401Headers the declared response headers of an HTTP 401 response for ListSuppressions
+type ListSuppressionsResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type ListSuppressionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SuppressionList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSuppressionsResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSuppressionsResponse) GetJSON200() *SuppressionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSuppressionsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSuppressionsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListSuppressionsResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSuppressionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSuppressionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSuppressionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSuppressionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AddSuppressionResponse401Headers the declared response headers of an HTTP 401 response for AddSuppression
+type AddSuppressionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type AddSuppressionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Suppression
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Suppression
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AddSuppressionResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AddSuppressionResponse) GetJSON200() *Suppression {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AddSuppressionResponse) GetJSON201() *Suppression {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AddSuppressionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AddSuppressionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AddSuppressionResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r AddSuppressionResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AddSuppressionResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AddSuppressionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddSuppressionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddSuppressionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddSuppressionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RemoveSuppressionResponse401Headers the declared response headers of an HTTP 401 response for RemoveSuppression
+type RemoveSuppressionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type RemoveSuppressionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Suppression
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RemoveSuppressionResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RemoveSuppressionResponse) GetJSON200() *Suppression {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RemoveSuppressionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RemoveSuppressionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RemoveSuppressionResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RemoveSuppressionResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RemoveSuppressionResponse) GetApplicationproblemJSON415() *UnsupportedMediaType {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RemoveSuppressionResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r RemoveSuppressionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RemoveSuppressionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RemoveSuppressionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RemoveSuppressionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetSuppressionResponse401Headers the declared response headers of an HTTP 401 response for GetSuppression
+type GetSuppressionResponse401Headers struct {
+	WWWAuthenticate string
+}
+
+type GetSuppressionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Suppression
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetSuppressionResponse401Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSuppressionResponse) GetJSON200() *Suppression {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetSuppressionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetSuppressionResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetSuppressionResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetSuppressionResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSuppressionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSuppressionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSuppressionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSuppressionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetConsoleWithResponse The operators' web console
 //
 // A single page of plain HTML, CSS and JavaScript, built into the binary, that calls this API
@@ -11156,6 +13147,53 @@ func (c *ClientWithResponses) CancelNotificationWithResponse(ctx context.Context
 	return ParseCancelNotificationResponse(rsp)
 }
 
+// ListPreferencesWithResponse A recipient's preferences on a channel
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/preferences (the `ListPreferences` operationId).
+func (c *ClientWithResponses) ListPreferencesWithResponse(ctx context.Context, params *ListPreferencesParams, reqEditors ...RequestEditorFn) (*ListPreferencesResponse, error) {
+	rsp, err := c.ListPreferences(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPreferencesResponse(rsp)
+}
+
+// PutPreferenceWithBodyWithResponse Opt a recipient out of a category, or back in
+//
+// Recorded as an event of the preference's own stream (nothing is recorded when it is
+// already so). A delivery of that category to the recipient is then `suppressed`, unless
+// the category is `required`, which cannot be opted out of (400 naming `category`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+func (c *ClientWithResponses) PutPreferenceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPreferenceResponse, error) {
+	rsp, err := c.PutPreferenceWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPreferenceResponse(rsp)
+}
+
+// PutPreferenceWithResponse Opt a recipient out of a category, or back in
+//
+// Recorded as an event of the preference's own stream (nothing is recorded when it is
+// already so). A delivery of that category to the recipient is then `suppressed`, unless
+// the category is `required`, which cannot be opted out of (400 naming `category`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/preferences (the `PutPreference` operationId).
+func (c *ClientWithResponses) PutPreferenceWithResponse(ctx context.Context, body PutPreferenceJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPreferenceResponse, error) {
+	rsp, err := c.PutPreference(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPreferenceResponse(rsp)
+}
+
 // ListProvidersWithResponse Every provider, its channel and its health
 //
 // The same for every tenant (providers are the operator's); needs a key like any /v1 route.
@@ -11394,6 +13432,98 @@ func (c *ClientWithResponses) GetStatsMinutesWithResponse(ctx context.Context, r
 		return nil, err
 	}
 	return ParseGetStatsMinutesResponse(rsp)
+}
+
+// ListSuppressionsWithResponse The tenant's suppression list, newest first
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/suppressions (the `ListSuppressions` operationId).
+func (c *ClientWithResponses) ListSuppressionsWithResponse(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*ListSuppressionsResponse, error) {
+	rsp, err := c.ListSuppressions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSuppressionsResponse(rsp)
+}
+
+// AddSuppressionWithBodyWithResponse Put a recipient on the tenant's suppression list
+//
+// The recipient is keyed by its channel's normal form. A recipient already on the list is
+// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+// at its accept (never queued), or at the start of its next attempt for one accepted before.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+func (c *ClientWithResponses) AddSuppressionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error) {
+	rsp, err := c.AddSuppressionWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddSuppressionResponse(rsp)
+}
+
+// AddSuppressionWithResponse Put a recipient on the tenant's suppression list
+//
+// The recipient is keyed by its channel's normal form. A recipient already on the list is
+// answered `200` with its entry, unchanged. From then on, a delivery to it is `suppressed`:
+// at its accept (never queued), or at the start of its next attempt for one accepted before.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/suppressions (the `AddSuppression` operationId).
+func (c *ClientWithResponses) AddSuppressionWithResponse(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error) {
+	rsp, err := c.AddSuppression(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddSuppressionResponse(rsp)
+}
+
+// RemoveSuppressionWithBodyWithResponse Take an entry off the list, with a reason
+//
+// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+// (terminal). A repeat answers the removed entry again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+func (c *ClientWithResponses) RemoveSuppressionWithBodyWithResponse(ctx context.Context, id UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RemoveSuppressionResponse, error) {
+	rsp, err := c.RemoveSuppressionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemoveSuppressionResponse(rsp)
+}
+
+// RemoveSuppressionWithResponse Take an entry off the list, with a reason
+//
+// The recipient is no longer suppressed; deliveries suppressed before stay `suppressed`
+// (terminal). A repeat answers the removed entry again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/suppressions/{id} (the `RemoveSuppression` operationId).
+func (c *ClientWithResponses) RemoveSuppressionWithResponse(ctx context.Context, id UUID, body RemoveSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*RemoveSuppressionResponse, error) {
+	rsp, err := c.RemoveSuppression(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemoveSuppressionResponse(rsp)
+}
+
+// GetSuppressionWithResponse One entry of the suppression list, removed or not
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/suppressions/{id} (the `GetSuppression` operationId).
+func (c *ClientWithResponses) GetSuppressionWithResponse(ctx context.Context, id UUID, reqEditors ...RequestEditorFn) (*GetSuppressionResponse, error) {
+	rsp, err := c.GetSuppression(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSuppressionResponse(rsp)
 }
 
 // ParseGetConsoleResponse parses an HTTP response from a GetConsoleWithResponse call
@@ -12562,6 +14692,140 @@ func ParseCancelNotificationResponse(rsp *http.Response) (*CancelNotificationRes
 	return response, nil
 }
 
+// ParseListPreferencesResponse parses an HTTP response from a ListPreferencesWithResponse call
+func ParseListPreferencesResponse(rsp *http.Response) (*ListPreferencesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPreferencesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PreferenceList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListPreferencesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutPreferenceResponse parses an HTTP response from a PutPreferenceWithResponse call
+func ParsePutPreferenceResponse(rsp *http.Response) (*PutPreferenceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutPreferenceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Preference
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers PutPreferenceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListProvidersResponse parses an HTTP response from a ListProvidersWithResponse call
 func ParseListProvidersResponse(rsp *http.Response) (*ListProvidersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13301,6 +15565,295 @@ func ParseGetStatsMinutesResponse(rsp *http.Response) (*GetStatsMinutesResponse,
 	switch {
 	case rsp.StatusCode == 401:
 		var headers GetStatsMinutesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListSuppressionsResponse parses an HTTP response from a ListSuppressionsWithResponse call
+func ParseListSuppressionsResponse(rsp *http.Response) (*ListSuppressionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSuppressionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SuppressionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers ListSuppressionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAddSuppressionResponse parses an HTTP response from a AddSuppressionWithResponse call
+func ParseAddSuppressionResponse(rsp *http.Response) (*AddSuppressionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddSuppressionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Suppression
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Suppression
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AddSuppressionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRemoveSuppressionResponse parses an HTTP response from a RemoveSuppressionWithResponse call
+func ParseRemoveSuppressionResponse(rsp *http.Response) (*RemoveSuppressionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RemoveSuppressionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Suppression
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers RemoveSuppressionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		response.Headers401 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetSuppressionResponse parses an HTTP response from a GetSuppressionWithResponse call
+func ParseGetSuppressionResponse(rsp *http.Response) (*GetSuppressionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSuppressionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Suppression
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers GetSuppressionResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -288,6 +288,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		ReplayJobs:       a.replayJobs,
 		Receipts:         a.receiptIntake(clock, policies),
 		Providers:        a.providerViews,
+		Suppressions:     commands.NewSuppressions(a.suppression.Store, a.channels, a.categories, clock),
 		Ready:            a.ready,
 	}, a.logger.With("role", "api"))
 	if err != nil {
