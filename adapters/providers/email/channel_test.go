@@ -124,3 +124,43 @@ func TestChannel(t *testing.T) {
 		t.Error("the registry takes an email channel without providers")
 	}
 }
+
+// TestNormalize: a recipient's normal form is its address alone, lower-cased whole, whatever
+// display name, comment or angle brackets it came with; what Check refuses comes back
+// unchanged. A normal form is itself a recipient the channel takes, and its own normal form.
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"a@example.com", "a@example.com"},
+		{"Ann <a@example.com>", "a@example.com"},
+		{"Ann <A@Example.COM>", "a@example.com"},
+		{"<a@example.com>", "a@example.com"},
+		{`"Lovelace, Ada" <Ada@Example.org>`, "ada@example.org"},
+		{"ada@example.org (Ada)", "ada@example.org"},
+		{"=?utf-8?q?Ad=C3=A9le?= <Adele@Example.org>", "adele@example.org"},
+		{"first.last+tag@Sub.Example.org", "first.last+tag@sub.example.org"},
+		// Refused by Check: returned as they are.
+		{"not an address", "not an address"},
+		{"A@Example.com, b@example.com", "A@Example.com, b@example.com"},
+		{"A@Example.com\r\nBcc: x@example.com", "A@Example.com\r\nBcc: x@example.com"},
+		{"", ""},
+	} {
+		got := Normalize(tt.in)
+		if got != tt.want {
+			t.Errorf("Normalize(%q) = %q, want %q", tt.in, got, tt.want)
+			continue
+		}
+		if _, err := parseRecipient(tt.in); err != nil {
+			continue
+		}
+		if _, err := parseRecipient(got); err != nil {
+			t.Errorf("normal form %q of %q is refused: %v", got, tt.in, err)
+		}
+		if again := Normalize(got); again != got {
+			t.Errorf("Normalize(%q) = %q: a normal form must be its own", got, again)
+		}
+	}
+	if got := Channel().Normalize("Ann <A@Example.COM>"); got != "a@example.com" {
+		t.Errorf("the channel's Normalize gives %q, want a@example.com", got)
+	}
+}
