@@ -79,6 +79,7 @@ func TestNormalize(t *testing.T) {
 		{"http://example.com", "http://example.com/"},
 		{"http://example.com?a=1", "http://example.com/?a=1"},
 		{"http://example.com#top", "http://example.com/"},
+		{"HTTP://Example.COM:80/Hook?#f", "http://example.com/Hook"},
 		{"https://example.com/Path/To?Q=A&b=%2F#frag", "https://example.com/Path/To?Q=A&b=%2F"},
 		{"https://example.com/a%2fb", "https://example.com/a%2fb"},
 		{"https://example.com/p??", "https://example.com/p??"},
