@@ -89,13 +89,20 @@ func Destination(recipient string) string {
 // "a@example.com" are one recipient. RFC 5321 lets a server treat local parts as
 // case-sensitive, but no mailbox provider in use does, and two spellings of one mailbox counted
 // as two recipients would send it twice (and miss its suppression); folding the local part too
-// is the safe side. A recipient that does not parse (Check refuses it) is returned as it is.
+// is the safe side. A local part is quoted only when it must be (`"ann"@x` is `ann@x`,
+// `"Ann Lee"@x` is `"ann lee"@x`), so the normal form reads as the same address again (it is
+// a key, not sent to: a few letters are longer in lower case in UTF-8, which can carry a local
+// part at the limit over it). A recipient that does not parse (Check refuses it) is returned as
+// it is.
 func Normalize(recipient string) string {
 	addr, err := parseRecipient(recipient)
 	if err != nil {
 		return recipient
 	}
-	return strings.ToLower(addr.Address)
+	// Without a name, String is the addr-spec in angle brackets, its local part quoted only if
+	// it is no dot-atom.
+	bare := (&mail.Address{Address: addr.Address}).String()
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(bare, "<"), ">"))
 }
 
 // parseRecipient parses a recipient as one address.

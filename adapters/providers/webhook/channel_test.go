@@ -1,8 +1,11 @@
 package webhook
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -112,4 +115,43 @@ func TestNormalize(t *testing.T) {
 	if got := Channel().Normalize("HTTP://h/p#f"); got != "http://h/p" {
 		t.Errorf("the channel's Normalize gives %q, want http://h/p", got)
 	}
+}
+
+// FuzzNormalize: the normal form of any URL the channel takes is a URL it takes, its own normal
+// form, and the same request: the same host (but for case), the same effective port, path and
+// query.
+func FuzzNormalize(f *testing.F) {
+	for _, seed := range []string{"HTTP://h/p#f", "http://h/p?", "https://Example.COM:443", "http://[FE80::1%25En0]:080/a%2Fb?x#y",
+		"http://h?", "https://h:/p??#", "http://h.example//a/../b?q=%41"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := Normalize(in)
+		if ValidateURL(in) != nil {
+			if out != in {
+				t.Fatalf("Normalize(%q) = %q, want a refused URL as it is", in, out)
+			}
+			return
+		}
+		if err := ValidateURL(out); err != nil {
+			t.Fatalf("normal form %q of %q is refused: %v", out, in, err)
+		}
+		if again := Normalize(out); again != out {
+			t.Fatalf("Normalize(%q) = %q, want its own normal form", out, again)
+		}
+		u, _ := url.Parse(in)
+		v, _ := url.Parse(out)
+		port := func(u *url.URL) string {
+			if p := strings.TrimLeft(u.Port(), "0"); p != "" {
+				return p
+			}
+			return map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		path := func(u *url.URL) string { return cmp.Or(u.EscapedPath(), "/") }
+		if u.Scheme != v.Scheme || !strings.EqualFold(u.Hostname(), v.Hostname()) || port(u) != port(v) ||
+			path(u) != path(v) || u.RawQuery != v.RawQuery {
+			t.Fatalf("Normalize(%q) = %q: another request (scheme %s/%s, host %s/%s, port %s/%s, path %s/%s, query %s/%s)",
+				in, out, u.Scheme, v.Scheme, u.Hostname(), v.Hostname(), port(u), port(v), path(u), path(v), u.RawQuery, v.RawQuery)
+		}
+	})
 }
