@@ -31,6 +31,13 @@ type Channel struct {
 	// domain, a chat), for the per-destination limits. Nil or "" means the provider's limits
 	// only.
 	Destination func(recipient string) string
+	// Normalize gives a recipient's normal form on the channel: the one spelling of every
+	// spelling that reaches the same recipient (Ann <A@Example.COM> and a@example.com), which
+	// decides an accept's repeated recipients and keys what is kept per recipient. It is total on
+	// what Check accepts and returns anything it cannot read as it is; it never changes where a
+	// delivery goes (the delivery keeps the recipient as given). Nil means the recipient as given
+	// is its normal form.
+	Normalize func(recipient string) string
 	// ProviderLimit is the default limit of each of the channel's providers, in one process.
 	ProviderLimit Limit
 	// DestinationLimit, when it limits anything, is the default limit of each destination of
@@ -131,6 +138,16 @@ func (c *Channels) Checks() map[string]Check {
 		out[name] = ch.Check
 	}
 	return out
+}
+
+// Normalize gives recipient's normal form on the named channel (Channel.Normalize): the
+// recipient as given for a channel that is not registered or has no Normalize.
+func (c *Channels) Normalize(channel, recipient string) string {
+	ch, ok := c.byName[channel]
+	if !ok || ch.Normalize == nil {
+		return recipient
+	}
+	return ch.Normalize(recipient)
 }
 
 // destination names what a recipient of the channel is limited under ("" when the channel has

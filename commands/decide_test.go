@@ -83,3 +83,26 @@ func TestNewChannelsRefusesEveryProblemAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestChannelsNormalize: the registry applies the named channel's Normalize, and gives the
+// recipient as it is for a channel without one or a channel it does not serve.
+func TestChannelsNormalize(t *testing.T) {
+	t.Parallel()
+	check := func(string, json.RawMessage) error { return nil }
+	channels, err := commands.NewChannels(
+		commands.Channel{Name: "chat", Providers: []commands.Sender{&countingSender{}}, Check: check, Normalize: strings.ToLower},
+		commands.Channel{Name: "plain", Providers: []commands.Sender{&countingSender{}}, Check: check},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ channel, recipient, want string }{
+		{"chat", "@News", "@news"},
+		{"plain", "@News", "@News"},
+		{"pigeon", "@News", "@News"},
+	} {
+		if got := channels.Normalize(tt.channel, tt.recipient); got != tt.want {
+			t.Errorf("Normalize(%q, %q) = %q, want %q", tt.channel, tt.recipient, got, tt.want)
+		}
+	}
+}

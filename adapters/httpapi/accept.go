@@ -155,20 +155,23 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 	case len(req.Recipients) > maxRecipients:
 		return invalid("recipients", "at most %d recipients per notification, got %d", maxRecipients, len(req.Recipients))
 	}
-	// A delivery's id derives from (notification, channel, recipient): a repeated pair would be
-	// the same delivery twice, so it is refused rather than silently merged.
 	if err := checkWindow("", req.Window.get()); err != nil {
 		return err
 	}
+	// Two spellings of one recipient (Ann <a@example.com> and a@example.com) would send it the
+	// notification twice: recipients are compared in their channel's normal form, and a repeat
+	// is refused rather than silently merged, since the caller meant something by each entry.
+	// The delivery still goes to the recipient as given.
 	seen := make(map[[2]string]int, len(req.Recipients))
 	for i, rr := range req.Recipients {
 		prefix := fmt.Sprintf("recipients[%d]", i)
 		if err := s.checkRecipient(prefix+".", rr.Channel, rr.Recipient, cmd.Payload); err != nil {
 			return err
 		}
-		pair := [2]string{rr.Channel, rr.Recipient}
+		normal := s.cfg.Normalize(rr.Channel, rr.Recipient)
+		pair := [2]string{rr.Channel, normal}
 		if first, dup := seen[pair]; dup {
-			return invalid(prefix, "repeats recipients[%d] (same channel and recipient)", first)
+			return invalid(prefix, "repeats recipients[%d]: both are %s recipient %q in normal form", first, rr.Channel, normal)
 		}
 		seen[pair] = i
 		if err := checkWindow(prefix+".", rr.Window.get()); err != nil {

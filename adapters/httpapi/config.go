@@ -37,6 +37,11 @@ type Config struct {
 	// payload must pass (commands.Channels.Checks gives them from the registry). A request
 	// naming another channel gets 400: we refuse at the door what no worker could ever deliver.
 	Channels map[string]commands.Check
+	// Normalize gives a recipient's normal form on a channel (commands.Channels.Normalize gives
+	// it from the registry): a notification whose recipients repeat one (channel, normal form)
+	// is refused with 400, since both would reach the same recipient. Nil compares recipients
+	// as given.
+	Normalize func(channel, recipient string) string
 }
 
 // Validate reports every problem of the configuration at once, so an operator fixes them in
@@ -69,6 +74,9 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Normalize == nil {
+		c.Normalize = func(_, recipient string) string { return recipient }
 	}
 	return c
 }

@@ -35,6 +35,7 @@ func Channel(senders ...commands.Sender) commands.Channel {
 		Providers:     senders,
 		Check:         Check,
 		Destination:   Destination,
+		Normalize:     Normalize,
 		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},
 	}
 }
@@ -81,6 +82,27 @@ func Destination(recipient string) string {
 		return ""
 	}
 	return strings.ToLower(strings.TrimRight(recipient[at+1:], "> \t"))
+}
+
+// Normalize is a recipient's normal form on the channel: its address alone (the addr-spec, no
+// display name or comment), lower-cased whole, so that "Ann <A@Example.COM>" and
+// "a@example.com" are one recipient. RFC 5321 lets a server treat local parts as
+// case-sensitive, but no mailbox provider in use does, and two spellings of one mailbox counted
+// as two recipients would send it twice (and miss its suppression); folding the local part too
+// is the safe side. A local part is quoted only when it must be (`"ann"@x` is `ann@x`,
+// `"Ann Lee"@x` is `"ann lee"@x`), so the normal form reads as the same address again (it is
+// a key, not sent to: a few letters are longer in lower case in UTF-8, which can carry a local
+// part at the limit over it). A recipient that does not parse (Check refuses it) is returned as
+// it is.
+func Normalize(recipient string) string {
+	addr, err := parseRecipient(recipient)
+	if err != nil {
+		return recipient
+	}
+	// Without a name, String is the addr-spec in angle brackets, its local part quoted only if
+	// it is no dot-atom.
+	bare := (&mail.Address{Address: addr.Address}).String()
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(bare, "<"), ">"))
 }
 
 // parseRecipient parses a recipient as one address.

@@ -3,6 +3,7 @@ package email
 import (
 	"encoding/json"
 	"errors"
+	"net/mail"
 	"strings"
 	"testing"
 
@@ -123,4 +124,87 @@ func TestChannel(t *testing.T) {
 	if _, err := commands.NewChannels(Channel()); err == nil {
 		t.Error("the registry takes an email channel without providers")
 	}
+}
+
+// TestNormalize: a recipient's normal form is its address alone, lower-cased whole, whatever
+// display name, comment or angle brackets it came with; what Check refuses comes back
+// unchanged. A normal form is itself a recipient the channel takes, and its own normal form.
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"a@example.com", "a@example.com"},
+		{"Ann <a@example.com>", "a@example.com"},
+		{"Ann <A@Example.COM>", "a@example.com"},
+		{"<a@example.com>", "a@example.com"},
+		{`"Lovelace, Ada" <Ada@Example.org>`, "ada@example.org"},
+		{"ada@example.org (Ada)", "ada@example.org"},
+		{"=?utf-8?q?Ad=C3=A9le?= <Adele@Example.org>", "adele@example.org"},
+		{"first.last+tag@Sub.Example.org", "first.last+tag@sub.example.org"},
+		{`"ann"@Example.org`, "ann@example.org"},
+		{`Ann <"Ann Lee"@Example.org>`, `"ann lee"@example.org`},
+		{`"a\"b"@example.org`, `"a\"b"@example.org`},
+		{"Ädele <Ädele@Exämple.org>", "ädele@exämple.org"},
+		// Refused by Check: returned as they are.
+		{"not an address", "not an address"},
+		{"A@Example.com, b@example.com", "A@Example.com, b@example.com"},
+		{"A@Example.com\r\nBcc: x@example.com", "A@Example.com\r\nBcc: x@example.com"},
+		{"", ""},
+	} {
+		got := Normalize(tt.in)
+		if got != tt.want {
+			t.Errorf("Normalize(%q) = %q, want %q", tt.in, got, tt.want)
+			continue
+		}
+		if _, err := parseRecipient(tt.in); err != nil {
+			continue
+		}
+		if _, err := parseRecipient(got); err != nil {
+			t.Errorf("normal form %q of %q is refused: %v", got, tt.in, err)
+		}
+		if again := Normalize(got); again != got {
+			t.Errorf("Normalize(%q) = %q: a normal form must be its own", got, again)
+		}
+	}
+	// Lower case is longer in UTF-8 for a few letters (Ⱥ is 2 octets, ⱥ 3): the normal form is a
+	// key, and may then be over the local part's limit.
+	long := strings.Repeat("a", 62) + "Ⱥ@example.org"
+	if got, want := Normalize(long), strings.Repeat("a", 62)+"ⱥ@example.org"; got != want {
+		t.Errorf("Normalize(%q) = %q, want %q", long, got, want)
+	}
+	if got := Channel().Normalize("Ann <A@Example.COM>"); got != "a@example.com" {
+		t.Errorf("the channel's Normalize gives %q, want a@example.com", got)
+	}
+}
+
+// FuzzNormalize: the normal form of any recipient the channel takes is a recipient it takes, its
+// own normal form, and the same address but for case.
+func FuzzNormalize(f *testing.F) {
+	for _, seed := range []string{"Ann <A@Example.COM>", `"Ann Lee"@example.org`, `"ann"@example.org`, "a@example.com (Ann)",
+		"=?utf-8?q?Ad=C3=A9le?= <Adele@Example.org>", `"a\"b"@example.org`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := Normalize(in)
+		addr, err := parseRecipient(in)
+		if err != nil {
+			if out != in {
+				t.Fatalf("Normalize(%q) = %q, want a refused recipient as it is", in, out)
+			}
+			return
+		}
+		if again := Normalize(out); again != out {
+			t.Fatalf("Normalize(%q) = %q, want its own normal form", out, again)
+		}
+		bare := strings.TrimSuffix(strings.TrimPrefix((&mail.Address{Address: addr.Address}).String(), "<"), ">")
+		if !strings.EqualFold(bare, out) {
+			t.Fatalf("Normalize(%q) = %q, want %q but for case", in, out, bare)
+		}
+		normal, err := parseRecipient(out)
+		switch {
+		case err != nil && len(out) == len(bare):
+			t.Fatalf("normal form %q of %q is refused: %v", out, in, err)
+		case err == nil && (normal.Name != "" || !strings.EqualFold(addr.Address, normal.Address)):
+			t.Fatalf("Normalize(%q) = %q: reads as %+v, want the address %q but for case, without a name", in, out, normal, addr.Address)
+		}
+	})
 }

@@ -58,6 +58,7 @@ func Channel(providers ...commands.Sender) commands.Channel {
 		Providers:        list,
 		Check:            Check,
 		Destination:      Destination,
+		Normalize:        Normalize,
 		ProviderLimit:    commands.Limit{Concurrency: ProviderConcurrency},
 		DestinationLimit: commands.Limit{Rate: NumberRate, Burst: NumberBurst},
 	}
@@ -131,6 +132,12 @@ func CheckNumber(number string) error {
 // Destination names what a recipient's calls are limited under: the number itself (E.164 gives
 // a number one spelling).
 func Destination(recipient string) string { return recipient }
+
+// Normalize is a recipient's normal form on the channel: the number as given. CheckNumber
+// takes E.164 only (+ and digits, no spaces, dashes, dots or brackets, no national form), which
+// is already one spelling per number, so there is nothing to rewrite; a spelling it refuses
+// never reaches a delivery.
+func Normalize(recipient string) string { return recipient }
 
 // Text reads the message text from a notification's payload: its text member, a non-empty
 // string of at most MaxTextLength UTF-16 code units. Check and every provider's Send call it, so

@@ -145,3 +145,24 @@ func TestChannel(t *testing.T) {
 		t.Errorf("NewChannels(with nil providers) = %v, want provider 2 refused as nil", err)
 	}
 }
+
+// TestNormalize: CheckNumber takes E.164 only, one spelling per number, so a number's normal
+// form is the number as given; the spellings a normalisation would have to fold (spaces,
+// dashes, dots, brackets, a national form) are the ones CheckNumber refuses, which is what makes
+// the identity exact.
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"+14155550100", "+4930123456", "+12345678", "+123456789012345"} {
+		if got := Normalize(n); got != n {
+			t.Errorf("Normalize(%q) = %q, want it as given", n, got)
+		}
+	}
+	for _, n := range []string{"+1 415 555 0100", "+1-415-555-0100", "+1.415.555.0100", "+1 (415) 5550100", "(415) 555-0100", "04155550100"} {
+		if CheckNumber(n) == nil {
+			t.Errorf("CheckNumber(%q) accepts it: Normalize would have to fold it into its E.164 form", n)
+		}
+	}
+	if got := Channel().Normalize("+14155550100"); got != "+14155550100" {
+		t.Errorf("the channel's Normalize gives %q, want +14155550100", got)
+	}
+}

@@ -67,6 +67,7 @@ func Channel(senders ...commands.Sender) commands.Channel {
 		Providers:        providers,
 		Check:            Check,
 		Destination:      Destination,
+		Normalize:        Normalize,
 		ProviderLimit:    commands.Limit{Rate: ProviderRate, Burst: ProviderRate},
 		DestinationLimit: commands.Limit{Rate: ChatRate, Burst: ChatRate},
 	}
@@ -101,6 +102,18 @@ func Check(recipient string, payload json.RawMessage) error {
 // form, or @username in lower case, because Telegram usernames are case-insensitive and
 // @News and @news are one chat with one limit. A recipient Check refuses is returned as it is.
 func Destination(recipient string) string {
+	c, err := parseChat(recipient)
+	if err != nil {
+		return recipient
+	}
+	return c.key()
+}
+
+// Normalize is a recipient's normal form on the channel: @username in lower case (Telegram
+// usernames are case-insensitive: @News and @news are one chat), a chat id exactly as given
+// (Check takes only its canonical decimal form, so "-1001234567890" has one spelling already). A
+// recipient Check refuses is returned as it is. It is the chat's key, as Destination's.
+func Normalize(recipient string) string {
 	c, err := parseChat(recipient)
 	if err != nil {
 		return recipient

@@ -182,3 +182,43 @@ func TestChannelWithoutUsableSenders(t *testing.T) {
 		t.Errorf("NewChannels(Channel()) = %v, want a channel without providers refused", err)
 	}
 }
+
+// TestNormalize: a username's normal form is lower case (Telegram's usernames are
+// case-insensitive); a chat id, group and channel ids included, is kept exactly; what Check
+// refuses comes back unchanged. A normal form is itself a recipient the channel takes, and its
+// own normal form.
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"@chan_name", "@chan_name"},
+		{"@CHAN_NAME", "@chan_name"},
+		{"@Chan_Name", "@chan_name"},
+		{"123456789", "123456789"},
+		{"-1001234567890", "-1001234567890"},
+		{"-42", "-42"},
+		// Refused by Check: returned as they are.
+		{"+123456789", "+123456789"},
+		{"0123", "0123"},
+		{"@ab", "@ab"},
+		{"@CHAN NAME", "@CHAN NAME"},
+		{"", ""},
+	} {
+		got := Normalize(tt.in)
+		if got != tt.want {
+			t.Errorf("Normalize(%q) = %q, want %q", tt.in, got, tt.want)
+			continue
+		}
+		if _, err := parseChat(tt.in); err != nil {
+			continue
+		}
+		if _, err := parseChat(got); err != nil {
+			t.Errorf("normal form %q of %q is refused: %v", got, tt.in, err)
+		}
+		if again := Normalize(got); again != got {
+			t.Errorf("Normalize(%q) = %q: a normal form must be its own", got, again)
+		}
+	}
+	if got := Channel().Normalize("@CHAN_NAME"); got != "@chan_name" {
+		t.Errorf("the channel's Normalize gives %q, want @chan_name", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/deliveryledger/ledger/adapters/mechanisms/limit"
 	"github.com/deliveryledger/ledger/commands"
@@ -30,6 +31,7 @@ func Channel(senders ...commands.Sender) commands.Channel {
 		Providers:     senders,
 		Check:         Check,
 		Destination:   limit.HostOf,
+		Normalize:     Normalize,
 		ProviderLimit: commands.Limit{Concurrency: DefaultConcurrency},
 	}
 }
@@ -72,4 +74,63 @@ func ValidateURL(recipient string) error {
 		}
 	}
 	return nil
+}
+
+// Normalize is a recipient's normal form on the channel, what RFC 3986 (section 6.2.2-6.2.3)
+// holds equivalent for http(s) and no receiver can tell apart: the scheme and host in lower
+// case, the port without leading zeros and dropped when it is the scheme's default (80 for http,
+// 443 for https) or empty, the fragment dropped (it never leaves the client), an empty query (a
+// "?" alone) dropped and an empty path written "/". The path and query are kept byte for byte as
+// given: they are the receiver's, case-sensitive, and a percent-encoding in them may matter to
+// it. A recipient ValidateURL refuses is returned as it is.
+func Normalize(recipient string) string {
+	if ValidateURL(recipient) != nil {
+		return recipient
+	}
+	u, err := url.Parse(recipient)
+	if err != nil {
+		return recipient
+	}
+	// ValidateURL took it, so it is scheme "://" authority, then path, query and fragment. The
+	// pieces are cut as url.Parse cuts them: the fragment at the first "#", the authority at
+	// the first "/" or "?" after it.
+	scheme, rest, _ := strings.Cut(recipient, ":")
+	rest, ok := strings.CutPrefix(rest, "//")
+	if !ok {
+		return recipient
+	}
+	rest, _, _ = strings.Cut(rest, "#")
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	path, query, _ := strings.Cut(rest[end:], "?")
+	if path == "" {
+		path = "/"
+	}
+	out := strings.ToLower(scheme) + "://" + normalHost(u) + path
+	if query != "" {
+		out += "?" + query
+	}
+	return out
+}
+
+// normalHost is the authority of a URL ValidateURL took, in normal form (see Normalize). An
+// IPv6 zone ("%25eth0") is kept as given: zone names are the host system's, not case-folded.
+func normalHost(u *url.URL) string {
+	name, zone, hasZone := strings.Cut(u.Hostname(), "%")
+	host := strings.ToLower(name)
+	if hasZone {
+		host += "%25" + zone
+	}
+	if strings.Contains(name, ":") {
+		host = "[" + host + "]"
+	}
+	if p := u.Port(); p != "" {
+		n, _ := strconv.Atoi(p) // ValidateURL checked it is 1 to 65535
+		if !(u.Scheme == "http" && n == 80) && !(u.Scheme == "https" && n == 443) {
+			host += ":" + strconv.Itoa(n)
+		}
+	}
+	return host
 }

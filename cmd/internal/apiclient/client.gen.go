@@ -4058,7 +4058,7 @@ type NotificationRequest struct {
 	// Priority Orders work within a channel; normal by default.
 	Priority *Priority `json:"priority,omitempty"`
 
-	// Recipients Each (channel, recipient) pair once; a repeat is 400 naming it.
+	// Recipients Each recipient once per channel, compared in the channel's normal form (`Ann <A@Example.COM>` and `a@example.com` are one email recipient, `@chan_name` and `@CHAN_NAME` one Telegram chat, `HTTP://h/p`, `http://h/p#f` and `http://h/p?` one webhook URL; see docs/channels.md, "Normal forms of recipients"); a repeat is 400 naming it (`recipients[2]`) and the earlier one. Deliveries go to the recipients as given.
 	Recipients []NotificationRecipient `json:"recipients"`
 
 	// SendAt RFC 3339. Later than now: the deliveries are `scheduled` and queued at that time (at

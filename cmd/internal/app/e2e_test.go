@@ -424,6 +424,46 @@ func TestEndToEndFanOutDeliversEachOnce(t *testing.T) {
 
 // TestDuplicateAMQPMessageCallsWebhookOnce publishes the same work message twice, as a relay
 // that crashed between the broker's confirm and its outbox ack would.
+// TestEndToEndRecipientRepeatedInNormalFormIsRefused: a notification naming one webhook URL in
+// two spellings (issue 25: the sink used to get a POST for each) is refused 400 by the wired
+// ledger and nothing is recorded; a notification accepted after it is the only call the sink
+// ever gets, so nothing of the refused one was queued behind it.
+func TestEndToEndRecipientRepeatedInNormalFormIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setupE2E(t, "")
+	u, err := url.Parse(b.sink.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := "http://" + u.Host + "/hook"
+	again := "HTTP://" + u.Host + "/hook#f"
+	resp, body := b.do(t, "POST", "/v1/notifications", "normal-1", map[string]any{"payload": map[string]any{"text": "hello"},
+		"recipients": []map[string]string{{"channel": "webhook", "recipient": hook}, {"channel": "webhook", "recipient": again}}})
+	var problem struct {
+		Field  string `json:"field"`
+		Detail string `json:"detail"`
+	}
+	if err := json.Unmarshal(body, &problem); err != nil {
+		t.Fatalf("answer %d %s: %v", resp.StatusCode, body, err)
+	}
+	if resp.StatusCode != http.StatusBadRequest || problem.Field != "recipients[1]" || !strings.Contains(problem.Detail, "recipients[0]") {
+		t.Fatalf("answer %d %s, want 400 naming recipients[1] as a repeat of recipients[0]", resp.StatusCode, body)
+	}
+	var events int
+	if err := b.schema.Pool.QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if events != 0 {
+		t.Fatalf("%d events after the refused notification, want 0", events)
+	}
+
+	a := b.notify(t, "normal-2", b.sink.URL+"/after")
+	b.waitState(t, a.Deliveries[0].ID, domain.StateDelivered, 20*time.Second)
+	if n := b.sink.total(); n != 1 {
+		t.Fatalf("sink got %d calls, want 1 (the later notification's)", n)
+	}
+}
+
 func TestDuplicateAMQPMessageCallsWebhookOnce(t *testing.T) {
 	t.Parallel()
 	b := setupE2E(t, "api,worker") // no relay: the test is the relay
