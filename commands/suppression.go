@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -176,11 +178,8 @@ func (c Categories) undeclaredText(category string) string {
 	if len(c) == 0 {
 		return fmt.Sprintf("%q is not declared: this ledger declares no categories (categories: in its configuration file)", category)
 	}
-	names := make([]string, 0, len(c))
-	for name := range c {
-		names = append(names, name)
-	}
-	return fmt.Sprintf("%q is not declared; the configuration declares %s", category, strings.Join(sortedStrings(names), ", "))
+	names := slices.Sorted(maps.Keys(c))
+	return fmt.Sprintf("%q is not declared; the configuration declares %s", category, strings.Join(names, ", "))
 }
 
 // preferenceCategory is the category whose opt-outs apply to a delivery: none for a required one.
