@@ -2987,6 +2987,12 @@ type AttemptResultData struct {
 	// Source What decided an attempt the provider accepted; absent for the call's own answer.
 	Source     *AttemptResultDataSource `json:"source,omitempty"`
 	StatusCode *int                     `json:"status_code,omitempty"`
+
+	// Suppresses delivery.dead_lettered: the provider's answer (its `provider_code`) is hard evidence
+	// that the recipient takes no more messages on this channel (SMTP 550 5.1.1, Twilio
+	// 21610, Telegram 403, a webhook's 410 Gone; docs/channels.md lists them). Soft answers
+	// (4xx SMTP, 429, 5xx, timeouts) never set it.
+	Suppresses *bool `json:"suppresses,omitempty"`
 }
 
 // AttemptResultDataSource What decided an attempt the provider accepted; absent for the call's own answer.
@@ -4016,6 +4022,12 @@ type RetryScheduledData struct {
 	// Source What decided an attempt the provider accepted; absent for the call's own answer.
 	Source     *RetryScheduledDataSource `json:"source,omitempty"`
 	StatusCode *int                      `json:"status_code,omitempty"`
+
+	// Suppresses delivery.dead_lettered: the provider's answer (its `provider_code`) is hard evidence
+	// that the recipient takes no more messages on this channel (SMTP 550 5.1.1, Twilio
+	// 21610, Telegram 403, a webhook's 410 Gone; docs/channels.md lists them). Soft answers
+	// (4xx SMTP, 429, 5xx, timeouts) never set it.
+	Suppresses *bool `json:"suppresses,omitempty"`
 }
 
 // RetryScheduledDataSource What decided an attempt the provider accepted; absent for the call's own answer.
