@@ -501,8 +501,8 @@ var suppressingCodes = map[string]string{
 
 // suppresses reports whether a reply about the recipient (RCPT TO, end of data) is hard
 // evidence that it takes no mail: a 5xx whose enhanced code is one of suppressingCodes, in the
-// place RFC 2034 gives it, first in the reply's text. go-mail finds an enhanced code anywhere
-// in the text ("550 User unknown, see 5.1.1" has none), and only the server's own code counts.
+// place RFC 2034 gives it, first in the reply's text. go-mail takes one from anywhere in the
+// text: "550 User unknown (see 5.1.1)" is recorded as 550 5.1.1 but is no evidence.
 func suppresses(code int, enhanced, text string) bool {
 	if code < 500 || code > 599 || suppressingCodes[enhanced] == "" {
 		return false
