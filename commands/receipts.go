@@ -50,6 +50,10 @@ type Receipt struct {
 	Detail string
 	// At is when the provider says the status was reached; zero when it does not say.
 	At time.Time
+	// Suppress (a failed receipt) says the provider's code is hard evidence that the recipient
+	// takes no more messages (domain.Outcome.Suppress): set by the adapter from its table of
+	// suppressing codes, never on a receipt that is not failed.
+	Suppress bool
 }
 
 // Errors of receipt parsing.
@@ -163,7 +167,8 @@ func (h *RecordReceiptHandler) Handle(ctx context.Context, cmd RecordReceipt) (R
 		res.DeliveryID = id
 	}
 	word := domain.ReceiptWord{Provider: r.Provider, ProviderOperationID: r.OperationID, Status: string(r.Status),
-		ProviderStatus: r.ProviderStatus, Code: r.Code, Detail: r.Detail, Source: cmd.Source, At: r.At, NextCheck: cmd.NextCheck}
+		ProviderStatus: r.ProviderStatus, Code: r.Code, Detail: r.Detail, Source: cmd.Source, At: r.At, NextCheck: cmd.NextCheck,
+		Suppress: r.Suppress}
 	var before domain.State
 	stale := false
 	var d *domain.Delivery

@@ -401,7 +401,9 @@ func (a *attempt) sendOutcome(err error, m *mail.Msg, sc *smtp.Client) domain.Ou
 		return a.stageFailed("MAIL FROM", code, enhanced, text)
 	case mail.ErrSMTPRcptTo:
 		a.stage = stageMessage
-		return a.stageFailed("RCPT TO", code, enhanced, text)
+		o := a.stageFailed("RCPT TO", code, enhanced, text)
+		o.Suppress = o.Kind == domain.OutcomePermanent && suppresses(code, enhanced, text)
+		return o
 	case mail.ErrSMTPData:
 		a.stage = stageMessage
 		return a.stageFailed("DATA", code, enhanced, text)
@@ -419,7 +421,9 @@ func (a *attempt) sendOutcome(err error, m *mail.Msg, sc *smtp.Client) domain.Ou
 		// The end of data: DataCloser.Close writes the buffered tail and the final ".", then
 		// reads the reply.
 		if code != 0 {
-			return a.reply("end of data", code, enhanced, text, true)
+			o := a.reply("end of data", code, enhanced, text, true)
+			o.Suppress = o.Kind == domain.OutcomePermanent && suppresses(code, enhanced, text)
+			return o
 		}
 		if a.conn.writeFailed.Load() {
 			a.stage = stageMessage
@@ -478,6 +482,33 @@ func (a *attempt) reply(stage string, code int, enhanced, text string, afterEnd 
 		o.ProviderOperationID = a.s.clean(strings.TrimSpace(strings.TrimPrefix(text, strconv.Itoa(code))))
 	}
 	return o
+}
+
+// suppressingCodes are the enhanced status codes (RFC 3463) that, on a 5xx reply to RCPT TO
+// or at the end of data, are hard evidence that the address takes no mail at all: the mailbox
+// or its domain does not exist, cannot exist, or is closed (Outcome.Suppress). Every other
+// refusal is about this message, this sender or this moment and suppresses nothing: 5.7.x
+// (policy, spam, authentication), 5.2.2 (mailbox full), 5.4.x (routing), a 5xx without an
+// enhanced code (its text alone is no evidence), and any 4xx.
+var suppressingCodes = map[string]string{
+	"5.1.1":  "bad destination mailbox address: no such mailbox",
+	"5.1.2":  "bad destination system address: no such domain",
+	"5.1.3":  "bad destination mailbox address syntax",
+	"5.1.6":  "destination mailbox has moved, no forwarding address",
+	"5.1.10": "recipient address has a null MX (RFC 7505): the domain accepts no mail",
+	"5.2.1":  "mailbox disabled, not accepting messages",
+}
+
+// suppresses reports whether a reply about the recipient (RCPT TO, end of data) is hard
+// evidence that it takes no mail: a 5xx whose enhanced code is one of suppressingCodes, in the
+// place RFC 2034 gives it, first in the reply's text. go-mail takes one from anywhere in the
+// text: "550 User unknown (see 5.1.1)" is recorded as 550 5.1.1 but is no evidence.
+func suppresses(code int, enhanced, text string) bool {
+	if code < 500 || code > 599 || suppressingCodes[enhanced] == "" {
+		return false
+	}
+	words := strings.TrimSpace(strings.TrimPrefix(text, strconv.Itoa(code)))
+	return enhancedCode(code, words) == enhanced
 }
 
 // delivered is the outcome of a 250 after the final ".": its text (usually the queue id,

@@ -321,6 +321,49 @@ func TestRepliesByStage(t *testing.T) {
 	}
 }
 
+// TestSuppressingReplies: a 5xx to RCPT TO or at the end of data whose enhanced code says the
+// mailbox does not exist or is closed (5.1.1, 5.1.2, 5.1.3, 5.1.6, 5.1.10, 5.2.1) is permanent
+// and suppresses the recipient; its near misses are refusals of the message, the sender or the
+// moment, and suppress nothing: a 550 without an enhanced code (also when its text mentions
+// one), policy (5.7.1), mailbox full (5.2.2), a 4xx with a mailbox code (451 4.1.1), the same
+// code at MAIL FROM (about the sender).
+func TestSuppressingReplies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		behaviour smtpfake.Behaviour
+		kind      domain.OutcomeKind
+		suppress  bool
+	}{
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: "5.1.1", Text: "User unknown"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: "5.1.2", Text: "Domain not found"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 553, EnhancedCode: "5.1.3", Text: "Bad address syntax"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 551, EnhancedCode: "5.1.6", Text: "Mailbox moved"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 556, EnhancedCode: "5.1.10", Text: "Recipient address has null MX"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: "5.2.1", Text: "Mailbox disabled"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageDataEnd, Code: 550, EnhancedCode: "5.1.1", Text: "User unknown"}, domain.OutcomePermanent, true},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageDataEnd, Code: 550, EnhancedCode: "5.2.1", Text: "Mailbox disabled"}, domain.OutcomePermanent, true},
+
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: smtpfake.NoEnhancedCode, Text: "User unknown"}, domain.OutcomePermanent, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: smtpfake.NoEnhancedCode, Text: "User unknown (see 5.1.1)"}, domain.OutcomePermanent, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: "5.7.1", Text: "Relaying denied"}, domain.OutcomePermanent, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageDataEnd, Code: 554, EnhancedCode: "5.7.1", Text: "Message rejected as spam"}, domain.OutcomePermanent, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 552, EnhancedCode: "5.2.2", Text: "Mailbox full"}, domain.OutcomePermanent, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 451, EnhancedCode: "4.1.1", Text: "Recipient lookup failed, try later"}, domain.OutcomeTransient, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageDataEnd, Code: 450, EnhancedCode: "4.2.1", Text: "Mailbox busy"}, domain.OutcomeTransient, false},
+		{smtpfake.Behaviour{FailAt: smtpfake.StageMail, Code: 550, EnhancedCode: "5.1.1", Text: "Sender unknown"}, domain.OutcomePermanent, false},
+	} {
+		t.Run(tc.behaviour.String()+" "+tc.behaviour.Text, func(t *testing.T) {
+			t.Parallel()
+			fake := startFake(t, smtpfake.Config{Behaviour: tc.behaviour})
+			o := newSender(t, fake.Addr(), Config{}).Send(t.Context(), work(deliveryA, "ada@example.org", textOnly))
+			t.Logf("outcome: %+v", o)
+			if o.Kind != tc.kind || o.Suppress != tc.suppress {
+				t.Errorf("%s (%s): %s Suppress=%t, want %s Suppress=%t", tc.behaviour, o.ProviderCode, o.Kind, o.Suppress, tc.kind, tc.suppress)
+			}
+		})
+	}
+}
+
 // TestUnknownWhenDroppedAfterData: the server read the whole message and vanished before its
 // reply: it may have queued it.
 func TestUnknownWhenDroppedAfterData(t *testing.T) {

@@ -237,10 +237,46 @@ func (s *Sender) responseOutcome(c chat, resp *http.Response, answer []byte, rea
 	if api.ErrorCode != nil {
 		o.ProviderCode = strconv.Itoa(*api.ErrorCode)
 	}
+	o.Suppress = kind == domain.OutcomePermanent && suppresses(code, api.Description)
 	if kind == domain.OutcomeTransient {
 		o.RetryAfter = retryAfter(&api, resp.Header.Get("Retry-After"))
 	}
 	return o
+}
+
+// suppressingRefusal is a Bot API refusal that is hard evidence that the chat takes no more
+// messages from this bot: an HTTP status (the Bot API's error_code) and words its description
+// holds, "" for any description.
+type suppressingRefusal struct {
+	status      int
+	description string
+}
+
+// suppressingRefusals are the refusals that suppress the recipient (Outcome.Suppress). Every
+// other answer suppresses nothing: another 400 is this message (its text, its parse_mode), 401
+// and 404 the bot's token, 429 and 5xx the moment.
+var suppressingRefusals = []suppressingRefusal{
+	// 403 Forbidden, whatever its words: the chat refuses this bot until someone in it acts
+	// ("bot was blocked by the user", "user is deactivated", "bot was kicked from the group
+	// chat", "bot is not a member of the channel chat", "bot can't initiate conversation with a
+	// user").
+	{status: http.StatusForbidden},
+	// 400 with "chat not found" or "user not found": no such chat for this bot.
+	{status: http.StatusBadRequest, description: "chat not found"},
+	{status: http.StatusBadRequest, description: "user not found"},
+}
+
+// suppresses reports whether a refusal with this status and description is one of
+// suppressingRefusals. The Bot API's descriptions are stable English ("Bad Request: chat not
+// found"); they are compared without regard to case.
+func suppresses(status int, description string) bool {
+	description = strings.ToLower(description)
+	for _, r := range suppressingRefusals {
+		if r.status == status && strings.Contains(description, r.description) {
+			return true
+		}
+	}
+	return false
 }
 
 // acceptedOutcome classifies a 2xx. Telegram answered, so it took the request, and may have

@@ -280,6 +280,49 @@ func TestSendClassifiesBotAPIErrors(t *testing.T) {
 	}
 }
 
+// TestSuppressingRefusals: every 403 (blocked, deactivated, kicked) and a 400 that says the chat
+// or user is not found are permanent and suppress the chat; the near misses suppress nothing:
+// another 400 (the message), 401 and 404 (the token), 429 and 500 (the moment).
+func TestSuppressingRefusals(t *testing.T) {
+	t.Parallel()
+	refusal := func(code int, description string) telegramfake.Behaviour {
+		return telegramfake.Behaviour{Refusals: []telegramfake.Refusal{{Chat: "42", Code: code, Description: description}}}
+	}
+	for _, tt := range []struct {
+		name      string
+		behaviour telegramfake.Behaviour
+		token     string
+		kind      domain.OutcomeKind
+		suppress  bool
+	}{
+		{"403 blocked", telegramfake.Behaviour{Blocked: []string{"42"}}, "", domain.OutcomePermanent, true},
+		{"403 deactivated", refusal(403, "Forbidden: user is deactivated"), "", domain.OutcomePermanent, true},
+		{"403 kicked", refusal(403, "Forbidden: bot was kicked from the group chat"), "", domain.OutcomePermanent, true},
+		{"400 chat not found", telegramfake.Behaviour{ChatNotFound: []string{"42"}}, "", domain.OutcomePermanent, true},
+		{"400 user not found", refusal(400, "Bad Request: user not found"), "", domain.OutcomePermanent, true},
+
+		{"400 message is too long", refusal(400, "Bad Request: message is too long"), "", domain.OutcomePermanent, false},
+		{"400 can't parse entities", refusal(400, "Bad Request: can't parse entities: unsupported start tag"), "", domain.OutcomePermanent, false},
+		{"404 not found", refusal(404, "Not Found"), "", domain.OutcomePermanent, false},
+		{"401 wrong token", telegramfake.Behaviour{}, otherToken, domain.OutcomePermanent, false},
+		{"429 flood control", telegramfake.Behaviour{TooManyRequests: 1, RetryAfter: 1}, "", domain.OutcomeTransient, false},
+		{"500", telegramfake.Behaviour{ServerErrors: 1}, "", domain.OutcomeTransient, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if tt.token != "" {
+				b = setup(t, tt.token)
+			}
+			b.fake.SetBehaviour(tt.behaviour)
+			out := send(t, b.sender, workMessage("42", `{"text":"Order 42 has shipped"}`))
+			if out.Kind != tt.kind || out.Suppress != tt.suppress {
+				t.Errorf("%s Suppress=%t (%s), want %s Suppress=%t", out.Kind, out.Suppress, out.Err, tt.kind, tt.suppress)
+			}
+		})
+	}
+}
+
 // TestSendAfterFloodControlDelivers: the 429 covered one call; the retry goes through.
 func TestSendAfterFloodControlDelivers(t *testing.T) {
 	t.Parallel()

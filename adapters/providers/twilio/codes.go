@@ -73,6 +73,17 @@ var apiCodes = map[int]apiClass{
 	21617: recipientRefused,
 }
 
+// suppressingAPICodes are the error codes of a create that are hard evidence that the number
+// takes no more messages (Outcome.Suppress): the person opted out, or the number cannot take
+// an SMS at all. Every other refusal suppresses nothing: 21612 (this To/From pair, not the
+// number), 21408 (the account's regions), 21608 (a trial account's list), 21635, the payload,
+// the account's and the moment's.
+var suppressingAPICodes = map[int]string{
+	21610: "unsubscribed recipient: the person replied STOP",
+	21614: "not a mobile number: it cannot receive SMS",
+	21211: "invalid 'To' phone number",
+}
+
 // classifyAPIError classifies an error answer to a create: its code when the table knows it,
 // else its HTTP status.
 func classifyAPIError(status, code int) apiClass {
@@ -163,6 +174,23 @@ var carrierCodes = map[string]carrierCode{
 	"30007": {what: "message filtered (carrier spam or content filtering)"},
 	"30010": {what: "message price exceeds the max price"},
 	"30034": {what: "US A2P 10DLC: the sender is not registered"},
+}
+
+// suppressingCarrierCodes are the error codes of an undelivered or failed message that are
+// hard evidence that the number takes no more messages (Receipt.Suppress): it is not in
+// service, or it is a landline. Every other code suppresses nothing: 30004 (blocked: by the
+// recipient or a carrier, which the code does not tell apart), 30007 (this message's content),
+// 30003 and the other retried codes (the moment's).
+var suppressingCarrierCodes = map[string]string{
+	"30005": "unknown destination handset: the number is not in service",
+	"30006": "landline or unreachable carrier: the number cannot receive SMS",
+}
+
+// receiptSuppresses reports whether a message's status and error code are hard evidence
+// against the number: undelivered or failed with one of suppressingCarrierCodes. A canceled
+// message was canceled on purpose, whatever its code.
+func receiptSuppresses(status, errorCode string) bool {
+	return (status == statusUndelivered || status == statusFailed) && suppressingCarrierCodes[errorCode] != ""
 }
 
 // receiptStatus reads a message's status and error code in the ledger's terms, with a

@@ -69,3 +69,26 @@ func TestCodeTablesAreConsistent(t *testing.T) {
 		t.Errorf("a delivered message with a code is %s, want delivered", st)
 	}
 }
+
+// TestSuppressingCodesArePermanentRefusalsOfTheNumber: a code that suppresses the number is one
+// the classification already reads as the recipient's permanent refusal (a create's) or as a
+// failed message that is not retried (a receipt's): evidence against a number never comes from
+// an answer that says try again, or that blames the account.
+func TestSuppressingCodesArePermanentRefusalsOfTheNumber(t *testing.T) {
+	t.Parallel()
+	for code := range suppressingAPICodes {
+		if c := classifyAPIError(400, code); c != recipientRefused {
+			t.Errorf("create code %d suppresses but is classified %+v, want a permanent refusal of the recipient", code, c)
+		}
+	}
+	for code := range suppressingCarrierCodes {
+		for _, status := range []string{statusUndelivered, statusFailed} {
+			if st, _ := receiptStatus(status, code); st != commands.ReceiptFailed || !receiptSuppresses(status, code) {
+				t.Errorf("%s %s suppresses but reads as %s (suppresses %t), want failed", status, code, st, receiptSuppresses(status, code))
+			}
+		}
+		if receiptSuppresses(statusCanceled, code) || receiptSuppresses(statusDelivered, code) {
+			t.Errorf("%s suppresses on a canceled or delivered message", code)
+		}
+	}
+}

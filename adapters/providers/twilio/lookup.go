@@ -254,6 +254,7 @@ func (s *Sender) receiptOf(m apiMessage, deliveryID string) commands.Receipt {
 		ProviderStatus: s.history.PeerText(m.Status),
 		Code:           code,
 		Detail:         detail,
+		Suppress:       receiptSuppresses(m.Status, code),
 	}
 	if at, err := time.Parse(time.RFC1123Z, m.DateUpdated); err == nil {
 		r.At = at.UTC()

@@ -84,12 +84,17 @@ func TestLookupUndelivered(t *testing.T) {
 		final      twiliofake.FinalRule
 		wantStatus commands.ReceiptStatus
 		wantDetail string
+		// wantSuppress: the code is hard evidence against the number (suppressingCarrierCodes).
+		wantSuppress bool
 	}{
-		{twiliofake.FinalRule{Status: "undelivered", Code: 30005}, commands.ReceiptFailed, "unknown destination handset"},
-		{twiliofake.FinalRule{Status: "undelivered", Code: 30006}, commands.ReceiptFailed, "landline"},
-		{twiliofake.FinalRule{Status: "undelivered", Code: 30003}, commands.ReceiptRetry, "unreachable destination handset"},
-		{twiliofake.FinalRule{Status: "failed", Code: 30001}, commands.ReceiptRetry, "queue overflow"},
-		{twiliofake.FinalRule{Status: "failed", Code: 30999}, commands.ReceiptFailed, ""},
+		{twiliofake.FinalRule{Status: "undelivered", Code: 30005}, commands.ReceiptFailed, "unknown destination handset", true},
+		{twiliofake.FinalRule{Status: "undelivered", Code: 30006}, commands.ReceiptFailed, "landline", true},
+		{twiliofake.FinalRule{Status: "failed", Code: 30005}, commands.ReceiptFailed, "unknown destination handset", true},
+		{twiliofake.FinalRule{Status: "undelivered", Code: 30003}, commands.ReceiptRetry, "unreachable destination handset", false},
+		{twiliofake.FinalRule{Status: "undelivered", Code: 30004}, commands.ReceiptFailed, "message blocked", false},
+		{twiliofake.FinalRule{Status: "undelivered", Code: 30007}, commands.ReceiptFailed, "message filtered", false},
+		{twiliofake.FinalRule{Status: "failed", Code: 30001}, commands.ReceiptRetry, "queue overflow", false},
+		{twiliofake.FinalRule{Status: "failed", Code: 30999}, commands.ReceiptFailed, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %d", tt.final.Status, tt.final.Code), func(t *testing.T) {
@@ -103,6 +108,9 @@ func TestLookupUndelivered(t *testing.T) {
 
 			if r.ProviderStatus != tt.final.Status || r.Code != itoa(tt.final.Code) || !strings.Contains(r.Detail, tt.wantDetail) {
 				t.Errorf("Lookup = %+v, want %s with code %d and detail %q", r, tt.final.Status, tt.final.Code, tt.wantDetail)
+			}
+			if r.Suppress != tt.wantSuppress {
+				t.Errorf("Lookup's Suppress = %t, want %t", r.Suppress, tt.wantSuppress)
 			}
 		})
 	}

@@ -99,6 +99,7 @@ func (s *Sender) ParseReceipt(callbackURL string, header http.Header, body []byt
 		ProviderStatus: s.history.PeerText(status),
 		Code:           code,
 		Detail:         s.history.PeerText(form.Get("ErrorMessage")),
+		Suppress:       receiptSuppresses(status, code),
 	}
 	if r.Detail == "" {
 		r.Detail = what

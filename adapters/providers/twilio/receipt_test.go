@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -124,6 +125,29 @@ func TestParseReceiptFromTheFake(t *testing.T) {
 		if hasAt != (tt.status != "sent") {
 			t.Errorf("ParseReceipt(%s).At = %v, want the carrier's time on final callbacks only", tt.status, r.At)
 		}
+	}
+}
+
+// TestParseReceiptSuppresses: the status callbacks the fake signs for an undelivered message
+// suppress the number for 30005 (not in service) and 30006 (landline), and not for their near
+// misses: 30003 (unreachable for now, retried) and 30004 (blocked, by whom it does not say).
+func TestParseReceiptSuppresses(t *testing.T) {
+	t.Parallel()
+	for code, suppress := range map[int]bool{30005: true, 30006: true, 30003: false, 30004: false} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.fake.SetBehaviour(twiliofake.Behaviour{Final: []twiliofake.FinalRule{{Status: "undelivered", Code: code}}})
+			sid := accepted(t, b, workMessage(recipient, "hi"))
+			c := waitCallback(t, b, sid, "undelivered")
+			r, err := parse(t, b.sender, b.callbackURL, c.header, c.body)
+			if err != nil {
+				t.Fatalf("ParseReceipt = %v", err)
+			}
+			if r.Code != strconv.Itoa(code) || r.Suppress != suppress {
+				t.Errorf("ParseReceipt = %+v, want code %d with Suppress %t", r, code, suppress)
+			}
+		})
 	}
 }
 

@@ -277,6 +277,7 @@ func (s *Sender) responseOutcome(resp *http.Response, answer []byte, readErr err
 	}
 	o := s.history.Outcome(class.kind, status, latency, text)
 	o.ProviderFault = class.providerFault
+	o.Suppress = class.kind == domain.OutcomePermanent && suppressingAPICodes[code] != ""
 	if parseErr == nil && e.Code != "" {
 		o.ProviderCode = s.history.PeerText(string(e.Code))
 	}

@@ -99,13 +99,17 @@ func TestSendClassifiesTwilioErrors(t *testing.T) {
 		wantStatus int
 		wantCode   string
 		wantErrHas string
+		// wantSuppress: the code is hard evidence against the number (suppressingAPICodes).
+		wantSuppress bool
 	}{
 		{name: "21211 invalid number", rule: twiliofake.ErrorRule{Code: 21211, To: []string{recipient}},
-			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21211", wantErrHas: "is not a valid phone number"},
+			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21211", wantErrHas: "is not a valid phone number", wantSuppress: true},
 		{name: "21610 unsubscribed", rule: twiliofake.ErrorRule{Code: 21610},
-			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21610", wantErrHas: "unsubscribed recipient"},
+			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21610", wantErrHas: "unsubscribed recipient", wantSuppress: true},
 		{name: "21614 not a mobile number", rule: twiliofake.ErrorRule{Code: 21614},
-			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21614", wantErrHas: "not a valid mobile number"},
+			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21614", wantErrHas: "not a valid mobile number", wantSuppress: true},
+		{name: "21612 not reachable from this sender", rule: twiliofake.ErrorRule{Code: 21612},
+			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21612"},
 		{name: "21408 region not enabled", rule: twiliofake.ErrorRule{Code: 21408},
 			wantKind: domain.OutcomePermanent, wantStatus: 400, wantCode: "21408", wantErrHas: "Permission to send an SMS"},
 		{name: "20429 too many requests", rule: twiliofake.ErrorRule{Code: 20429, Calls: 1},
@@ -135,6 +139,9 @@ func TestSendClassifiesTwilioErrors(t *testing.T) {
 
 			if out.Kind != tt.wantKind || out.Class != domain.ClassOf(tt.wantKind) {
 				t.Fatalf("outcome = %s/%s (%s), want %s", out.Kind, out.Class, out.Err, tt.wantKind)
+			}
+			if out.Suppress != tt.wantSuppress {
+				t.Errorf("Suppress = %v, want %v", out.Suppress, tt.wantSuppress)
 			}
 			if out.ProviderFault != tt.wantFault || out.NotSent {
 				t.Errorf("ProviderFault = %v, NotSent = %v; want %v and false", out.ProviderFault, out.NotSent, tt.wantFault)

@@ -138,6 +138,7 @@ func (s *Sender) receiptOf(p map[string]string) (commands.Receipt, error) {
 		r.Detail = "expired: held at a downstream carrier and not delivered within the expiry time"
 	case "failed", "rejected":
 		r.Status, r.Detail = failedReceipt(errCode)
+		r.Suppress = r.Status == commands.ReceiptFailed && suppressingReceiptCodes[errCode] != ""
 	default:
 		r.Status = commands.ReceiptPending
 		r.Detail = "a status Vonage does not document"

@@ -27,18 +27,27 @@ func TestReceiptsFromTheFake(t *testing.T) {
 				"447700900002": {Status: "failed", ErrCode: "2"},
 				"447700900006": {Status: "rejected", ErrCode: "6"},
 				"447700900009": {Status: "expired"},
+				"447700900004": {Status: "rejected", ErrCode: "4"},
+				"447700900019": {Status: "failed", ErrCode: "9"},
+				"447700900014": {Status: "failed", ErrCode: "14"},
 			}})
 			cases := []struct {
 				recipient      string
 				want           commands.ReceiptStatus
 				providerStatus string
 				code           string
+				// suppress: the err-code is hard evidence against the number
+				// (suppressingReceiptCodes).
+				suppress bool
 			}{
-				{"+447700900001", commands.ReceiptDelivered, "delivered", ""},
-				{"+447700900003", commands.ReceiptFailed, "failed", "3"},
-				{"+447700900002", commands.ReceiptRetry, "failed", "2"},
-				{"+447700900006", commands.ReceiptFailed, "rejected", "6"},
-				{"+447700900009", commands.ReceiptRetry, "expired", "1"},
+				{"+447700900001", commands.ReceiptDelivered, "delivered", "", false},
+				{"+447700900003", commands.ReceiptFailed, "failed", "3", true},
+				{"+447700900002", commands.ReceiptRetry, "failed", "2", false},
+				{"+447700900006", commands.ReceiptFailed, "rejected", "6", false},
+				{"+447700900009", commands.ReceiptRetry, "expired", "1", false},
+				{"+447700900004", commands.ReceiptFailed, "rejected", "4", true},
+				{"+447700900019", commands.ReceiptFailed, "failed", "9", true},
+				{"+447700900014", commands.ReceiptFailed, "failed", "14", false},
 			}
 			for i, c := range cases {
 				before := time.Now().UTC().Add(-2 * time.Second)
@@ -58,6 +67,9 @@ func TestReceiptsFromTheFake(t *testing.T) {
 				}
 				if r.Status != c.want || r.ProviderStatus != c.providerStatus || r.Code != c.code {
 					t.Errorf("%s: receipt %s/%s code %q, want %s/%s code %q", c.recipient, r.Status, r.ProviderStatus, r.Code, c.want, c.providerStatus, c.code)
+				}
+				if r.Suppress != c.suppress {
+					t.Errorf("%s: receipt's Suppress = %t, want %t", c.recipient, r.Suppress, c.suppress)
 				}
 				if r.Provider != "vonage" || r.OperationID != out.ProviderOperationID || r.DeliveryID != testDeliveryID {
 					t.Errorf("%s: receipt %+v, want provider vonage, operation %s, delivery %s", c.recipient, r, out.ProviderOperationID, testDeliveryID)

@@ -336,6 +336,8 @@ func (s *Sender) answerOutcome(code int, answer []byte, readErr error, latency t
 	o := s.history.Outcome(kind, code, latency, text)
 	o.ProviderCode = provider.Printable(clip(status))
 	o.ProviderFault = st.providerFault
+	// Part of a long text went: only a whole refusal is evidence against the number.
+	o.Suppress = kind == domain.OutcomePermanent && suppressingStatuses[status] != ""
 	if len(accepted) > 0 {
 		o.ProviderOperationID = accepted[0]
 	}

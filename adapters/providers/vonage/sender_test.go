@@ -107,23 +107,29 @@ func TestSendClassifiesStatuses(t *testing.T) {
 		wantCode   string
 		wantFault  bool
 		wantErrHas string
+		// wantSuppress: the status is hard evidence against the number (suppressingStatuses).
+		wantSuppress bool
 	}{
 		{"1 throttled is transient, the provider's", vonagefake.Behaviour{Status: "1", StatusCalls: 1}, "", "+447700900001",
-			domain.OutcomeTransient, "1", true, "Throttled: Throughput Rate Exceeded"},
+			domain.OutcomeTransient, "1", true, "Throttled: Throughput Rate Exceeded", false},
 		{"5 internal error is transient, the provider's", vonagefake.Behaviour{Status: "5", StatusCalls: vonagefake.EveryCall}, "", "+447700900001",
-			domain.OutcomeTransient, "5", true, "Internal Error"},
+			domain.OutcomeTransient, "5", true, "Internal Error", false},
 		{"4 invalid credentials is permanent, the provider's", vonagefake.Behaviour{}, otherSecret, "+447700900001",
-			domain.OutcomePermanent, "4", true, "Invalid Credentials: Bad Credentials"},
+			domain.OutcomePermanent, "4", true, "Invalid Credentials: Bad Credentials", false},
 		{"6 invalid message is permanent, the recipient's", vonagefake.Behaviour{NumberStatus: map[string]string{"+447700900006": "6"}}, "", "+447700900006",
-			domain.OutcomePermanent, "6", false, "Invalid Message"},
+			domain.OutcomePermanent, "6", false, "Invalid Message", false},
 		{"29 non-whitelisted destination is permanent, the recipient's", vonagefake.Behaviour{NumberStatus: map[string]string{"447700900029": "29"}}, "", "+447700900029",
-			domain.OutcomePermanent, "29", false, "Non White-listed Destination - rejected"},
+			domain.OutcomePermanent, "29", false, "Non White-listed Destination - rejected", false},
 		{"15 invalid sender for this destination is permanent, not the provider's", vonagefake.Behaviour{NumberStatus: map[string]string{"15550100015": "15"}}, "", "+15550100015",
-			domain.OutcomePermanent, "15", false, "Illegal Sender Address - rejected"},
+			domain.OutcomePermanent, "15", false, "Illegal Sender Address - rejected", false},
 		{"3 invalid parameters is permanent", vonagefake.Behaviour{Status: "3", StatusCalls: 1}, "", "+447700900001",
-			domain.OutcomePermanent, "3", false, "Invalid Parameters"},
+			domain.OutcomePermanent, "3", false, "Invalid Parameters", false},
+		{"7 number barred is permanent and suppresses", vonagefake.Behaviour{NumberStatus: map[string]string{"+447700900007": "7"}}, "", "+447700900007",
+			domain.OutcomePermanent, "7", false, "Number Barred", true},
+		{"33 number de-activated is permanent and suppresses", vonagefake.Behaviour{NumberStatus: map[string]string{"+447700900033": "33"}}, "", "+447700900033",
+			domain.OutcomePermanent, "33", false, "Number De-activated", true},
 		{"9 out of credit is transient, the provider's", vonagefake.Behaviour{Status: "9", StatusCalls: 1}, "", "+447700900001",
-			domain.OutcomeTransient, "9", true, "Partner Quota"},
+			domain.OutcomeTransient, "9", true, "Partner Quota", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,6 +151,9 @@ func TestSendClassifiesStatuses(t *testing.T) {
 			}
 			if out.ProviderFault != tt.wantFault {
 				t.Errorf("ProviderFault = %t, want %t", out.ProviderFault, tt.wantFault)
+			}
+			if out.Suppress != tt.wantSuppress {
+				t.Errorf("Suppress = %t, want %t", out.Suppress, tt.wantSuppress)
 			}
 			if out.NotSent {
 				t.Error("NotSent = true, but Vonage received and refused the request")
@@ -391,8 +400,16 @@ func TestSendParts(t *testing.T) {
 	refused := `{"message-count":"2","messages":[{"status":"7","error-text":"Number Barred"},{"status":"7","error-text":"Number Barred"}]}`
 	srv = newServer(t, answering(http.StatusOK, nil, refused))
 	out = send(t, directSender(t, srv.URL), workMessage("+447700900001", strings.Repeat("long ", 60)))
-	if out.Kind != domain.OutcomePermanent || out.ProviderCode != "7" || out.ProviderFault {
-		t.Errorf("all parts refused: %+v, want permanent status 7, the recipient's", out)
+	if out.Kind != domain.OutcomePermanent || out.ProviderCode != "7" || out.ProviderFault || !out.Suppress {
+		t.Errorf("all parts refused: %+v, want permanent status 7, the recipient's, suppressing the number", out)
+	}
+
+	// A number barred after part of the text went: unknown, and no evidence against the number.
+	barred := `{"message-count":"2","messages":[{"status":"0","message-id":"0A000004"},{"status":"7","error-text":"Number Barred"}]}`
+	srv = newServer(t, answering(http.StatusOK, nil, barred))
+	out = send(t, directSender(t, srv.URL), workMessage("+447700900001", strings.Repeat("long ", 60)))
+	if out.Kind != domain.OutcomeUnknown || out.ProviderCode != "7" || out.Suppress {
+		t.Errorf("one part barred: %+v, want unknown with status 7, not suppressing", out)
 	}
 }
 

@@ -81,6 +81,15 @@ var submitStatuses = map[string]submitStatus{
 	"34": {"Invalid or Missing Msisdn Param", domain.OutcomePermanent, false},
 }
 
+// suppressingStatuses are the SMS API statuses that are hard evidence that the number takes no
+// more messages (Outcome.Suppress): Vonage's own list bars it. Every other refusal suppresses
+// nothing: 3 and 34 (a parameter, perhaps ours), 6 (an unrecognised prefix), 29 (a demo
+// account's list), 15 (the sender, for this country), the account's and the moment's.
+var suppressingStatuses = map[string]string{
+	"7":  "Number Barred: the destination is on the barred list",
+	"33": "Number De-activated: the destination may not receive messages",
+}
+
 // statusOf looks a status up; one not listed is permanent and not the provider's fault.
 func statusOf(code string) submitStatus {
 	if s, ok := submitStatuses[code]; ok {
@@ -142,4 +151,15 @@ var receiptCodes = map[string]receiptCode{
 	// 99 General Error: typically an error in the route. Vonage's adaptive routing may take
 	// another route for a new attempt, which the attempt limit bounds.
 	"99": {"General Error", commands.ReceiptRetry},
+}
+
+// suppressingReceiptCodes are the err-codes of a failed or rejected delivery receipt that are
+// hard evidence that the number takes no more messages (Receipt.Suppress): those the guide
+// calls permanent ("remove from your database": 3, 4) and the recipient's opt-out (9). Every
+// other err-code suppresses nothing: 5, 6 and 10-14 are this message's, a route's or a plan's,
+// however final for the attempt, and the retried ones the moment's.
+var suppressingReceiptCodes = map[string]string{
+	"3": "Absent Subscriber - Permanent: the number is no longer active",
+	"4": "Call Barred by User",
+	"9": "Illegal Number: the user asked not to receive messages from this service",
 }

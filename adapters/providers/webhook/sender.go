@@ -224,10 +224,23 @@ func (s *Sender) responseOutcome(target *url.URL, resp *http.Response, body []by
 		msg += ": " + text
 	}
 	o := s.outcome(kind, code, latency, msg)
+	// A receiver's only code is its HTTP status: kept as the provider's, so that a refusal's
+	// evidence (a suppression's) names its code as every provider's does.
+	o.ProviderCode = strconv.Itoa(code)
+	o.Suppress = kind == domain.OutcomePermanent && suppressingStatuses[code] != ""
 	if kind == domain.OutcomeTransient {
 		o.RetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), s.now())
 	}
 	return o
+}
+
+// suppressingStatuses are the receiver's answers that are hard evidence that the endpoint takes
+// no more deliveries (Outcome.Suppress): 410 Gone, which says the resource is gone for good and
+// that the sender should forget the URL (RFC 9110, section 15.5.11). Every other answer
+// suppresses nothing: a 404 may be a deploy in progress, a 401 or 403 a rotated secret, 3xx a
+// moved URL, and 408, 425, 429 and 5xx the moment.
+var suppressingStatuses = map[int]string{
+	http.StatusGone: "Gone: the endpoint is gone for good",
 }
 
 // classifyStatus maps a status code to an outcome: 408, 425, 429 and 5xx say "not now", every

@@ -161,6 +161,8 @@ func TestSendClassifiesResponses(t *testing.T) {
 		wantRetry  time.Duration
 		wantOpID   string
 		wantErrHas []string
+		// wantSuppress: the answer is hard evidence against the endpoint (410 alone).
+		wantSuppress bool
 	}{
 		{
 			name: "200 with request id is delivered", status: 200,
@@ -200,9 +202,12 @@ func TestSendClassifiesResponses(t *testing.T) {
 		{
 			name: "Retry-After on a permanent failure is ignored", status: 410,
 			header:   map[string]string{"Retry-After": "60"},
-			wantKind: domain.OutcomePermanent, wantClass: domain.ClassPermanent,
+			wantKind: domain.OutcomePermanent, wantClass: domain.ClassPermanent, wantSuppress: true,
 		},
+		{name: "410 Gone is permanent and suppresses", status: 410, wantKind: domain.OutcomePermanent, wantClass: domain.ClassPermanent, wantSuppress: true},
 		{name: "404 is permanent", status: 404, wantKind: domain.OutcomePermanent, wantClass: domain.ClassPermanent},
+		{name: "401 is permanent", status: 401, wantKind: domain.OutcomePermanent, wantClass: domain.ClassPermanent},
+		{name: "403 is permanent", status: 403, wantKind: domain.OutcomePermanent, wantClass: domain.ClassPermanent},
 		{
 			name: "301 is permanent and names the location", status: 301,
 			header:   map[string]string{"Location": "https://elsewhere.example/hook"},
@@ -235,6 +240,12 @@ func TestSendClassifiesResponses(t *testing.T) {
 			}
 			if out.StatusCode != tt.status {
 				t.Errorf("StatusCode = %d, want %d", out.StatusCode, tt.status)
+			}
+			if out.Suppress != tt.wantSuppress {
+				t.Errorf("Suppress = %t, want %t", out.Suppress, tt.wantSuppress)
+			}
+			if want := strconv.Itoa(tt.status); tt.wantKind != domain.OutcomeDelivered && out.ProviderCode != want {
+				t.Errorf("ProviderCode = %q, want the receiver's status %q", out.ProviderCode, want)
 			}
 			if out.RetryAfter != tt.wantRetry {
 				t.Errorf("RetryAfter = %s, want %s", out.RetryAfter, tt.wantRetry)

@@ -3525,9 +3525,11 @@ type AttemptResultData struct {
 	Source     *AttemptResultDataSource `json:"source,omitempty"`
 	StatusCode *int                     `json:"status_code,omitempty"`
 
-	// Suppresses On delivery.dead_lettered: the provider's answer is hard evidence that the recipient
-	// takes no more messages (docs/channels.md lists the codes); the recipient was added to
-	// the tenant's suppression list with this event as its evidence.
+	// Suppresses On delivery.dead_lettered: the provider's answer (its `provider_code`) is hard evidence
+	// that the recipient takes no more messages on this channel (SMTP 550 5.1.1, Twilio
+	// 21610, Telegram 403, a webhook's 410 Gone; docs/channels.md lists them); the recipient
+	// was added to the tenant's suppression list with this event as its evidence. Soft
+	// answers (4xx SMTP, 429, 5xx, timeouts) never set it.
 	Suppresses *bool `json:"suppresses,omitempty"`
 }
 
@@ -4617,9 +4619,11 @@ type RetryScheduledData struct {
 	Source     *RetryScheduledDataSource `json:"source,omitempty"`
 	StatusCode *int                      `json:"status_code,omitempty"`
 
-	// Suppresses On delivery.dead_lettered: the provider's answer is hard evidence that the recipient
-	// takes no more messages (docs/channels.md lists the codes); the recipient was added to
-	// the tenant's suppression list with this event as its evidence.
+	// Suppresses On delivery.dead_lettered: the provider's answer (its `provider_code`) is hard evidence
+	// that the recipient takes no more messages on this channel (SMTP 550 5.1.1, Twilio
+	// 21610, Telegram 403, a webhook's 410 Gone; docs/channels.md lists them); the recipient
+	// was added to the tenant's suppression list with this event as its evidence. Soft
+	// answers (4xx SMTP, 429, 5xx, timeouts) never set it.
 	Suppresses *bool `json:"suppresses,omitempty"`
 }
 

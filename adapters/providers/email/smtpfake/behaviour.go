@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/emersion/go-smtp"
 )
 
 // Stage is a point of the SMTP transaction where the fake can answer a failure.
@@ -26,6 +28,10 @@ const (
 	StageDataEnd Stage = "data-end"
 )
 
+// NoEnhancedCode, as Behaviour.EnhancedCode, answers the failure without an enhanced status
+// code: "550 User unknown" rather than "550 5.0.0 User unknown".
+const NoEnhancedCode = "none"
+
 // dropDuringDataBytes is how much of the message drop-during-data reads before the reset.
 const dropDuringDataBytes = 4 << 10
 
@@ -34,7 +40,8 @@ const dropDuringDataBytes = 4 << 10
 //
 //	fail=STAGE:CODE[:ENHANCED]  answer CODE (4xx or 5xx) at STAGE: mail, rcpt, data (the DATA
 //	                            command) or data-end (after the final "."); ENHANCED is the
-//	                            RFC 3463 code, by default CODE's class with .0.0 (4.0.0)
+//	                            RFC 3463 code, by default CODE's class with .0.0 (4.0.0);
+//	                            "none" sends the reply without one ("550 User unknown")
 //	drop-during-data            read the first 4 KiB of the message, then reset the connection
 //	                            (a client still writing fails at once; a shorter message is
 //	                            read whole before the reset)
@@ -52,7 +59,8 @@ type Behaviour struct {
 	// Code is the failure's reply code, 400 to 599.
 	Code int
 	// EnhancedCode is the failure's enhanced status code ("4.7.1"); empty means Code's class
-	// with .0.0.
+	// with .0.0, NoEnhancedCode a reply without one, as servers write some of theirs although
+	// they offer ENHANCEDSTATUSCODES.
 	EnhancedCode string
 	// Text is the failure's reply text; empty means one that names the behaviour.
 	Text string
@@ -84,7 +92,7 @@ func (b Behaviour) Validate() error {
 	case StageMail, StageRcpt, StageData, StageDataEnd:
 		if b.Code < 400 || b.Code > 599 {
 			problems = append(problems, fmt.Errorf("fail=%s: code %d is not a failure (4xx or 5xx)", b.FailAt, b.Code))
-		} else if b.EnhancedCode != "" && !validEnhanced(b.Code, b.EnhancedCode) {
+		} else if b.EnhancedCode != "" && b.EnhancedCode != NoEnhancedCode && !validEnhanced(b.Code, b.EnhancedCode) {
 			problems = append(problems, fmt.Errorf("fail=%s: enhanced code %q is not %d.x.y", b.FailAt, b.EnhancedCode, b.Code/100))
 		}
 		if strings.ContainsAny(b.Text, "\r\n") {
@@ -214,17 +222,33 @@ func (b Behaviour) String() string {
 	return strings.Join(items, ",")
 }
 
-// enhanced returns the failure's enhanced code as go-smtp takes it.
-func (b Behaviour) enhanced() [3]int {
-	if b.EnhancedCode == "" {
-		return [3]int{b.Code / 100, 0, 0}
+// enhanced returns the failure's enhanced code as go-smtp takes it (smtp.NoEnhancedCode for
+// none).
+func (b Behaviour) enhanced() smtp.EnhancedCode {
+	switch b.EnhancedCode {
+	case "":
+		return smtp.EnhancedCode{b.Code / 100, 0, 0}
+	case NoEnhancedCode:
+		return smtp.NoEnhancedCode
 	}
-	var e [3]int
+	var e smtp.EnhancedCode
 	for i, part := range strings.Split(b.EnhancedCode, ".") {
 		e[i], _ = strconv.Atoi(part) // Validate checked the form
 	}
 	return e
 }
+
+// codes returns the failure's reply code and, unless there is none, its enhanced code: "550
+// 5.1.1", "550".
+func (b Behaviour) codes() string {
+	if e := b.enhanced(); e != smtp.NoEnhancedCode {
+		return fmt.Sprintf("%d %d.%d.%d", b.Code, e[0], e[1], e[2])
+	}
+	return strconv.Itoa(b.Code)
+}
+
+// reply returns the failure's reply line as the client reads it, without its CRLF.
+func (b Behaviour) reply() string { return b.codes() + " " + b.text() }
 
 // text returns the failure's reply text.
 func (b Behaviour) text() string {

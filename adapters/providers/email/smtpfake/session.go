@@ -3,7 +3,6 @@ package smtpfake
 import (
 	"crypto/subtle"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -110,8 +109,7 @@ func (s *session) answerData() (string, bool) {
 	}
 	s.srv.count(&s.srv.counts.Data)
 	_ = s.fail("DATA")
-	e := s.fate.enhanced()
-	return fmt.Sprintf("%d %d.%d.%d %s\r\n", s.fate.Code, e[0], e[1], e[2], s.fate.text()), true
+	return s.fate.reply() + "\r\n", true
 }
 
 // Data reads the message and answers its end as the fate says.
@@ -143,8 +141,7 @@ func (s *session) Data(r io.Reader) error {
 			s.srv.say("could not answer DATA inside TLS; answering the end of the message instead")
 		}
 		err := s.fail("the end of the message from <" + s.from + ">")
-		e := b.enhanced()
-		m.Reply = fmt.Sprintf("%d %d.%d.%d %s", b.Code, e[0], e[1], e[2], b.text())
+		m.Reply = b.reply()
 		s.srv.record(m, false)
 		if !wait() {
 			return errDropped
@@ -173,9 +170,8 @@ func (s *session) Data(r io.Reader) error {
 // fail reports a failure the fate answers with at what, and returns it as go-smtp sends it.
 func (s *session) fail(what string) error {
 	b := s.fate
-	e := b.enhanced()
-	s.srv.say("answered %s with %d %d.%d.%d (%s)", what, b.Code, e[0], e[1], e[2], b)
-	return &smtp.SMTPError{Code: b.Code, EnhancedCode: smtp.EnhancedCode(e), Message: b.text()}
+	s.srv.say("answered %s with %s (%s)", what, b.codes(), b)
+	return &smtp.SMTPError{Code: b.Code, EnhancedCode: b.enhanced(), Message: b.text()}
 }
 
 // Reset ends the transaction (RSET, a new EHLO, or the end of DATA).

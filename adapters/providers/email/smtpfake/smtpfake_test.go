@@ -139,6 +139,23 @@ func TestFailsDATA(t *testing.T) {
 	}
 }
 
+// TestFailsWithoutEnhancedCode: NoEnhancedCode answers with the reply code and text alone, at
+// RCPT TO and at the end of data (where the kept message records the reply so).
+func TestFailsWithoutEnhancedCode(t *testing.T) {
+	t.Parallel()
+	for _, stage := range []Stage{StageRcpt, StageDataEnd} {
+		s := start(t, Config{Behaviour: Behaviour{FailAt: stage, Code: 550, EnhancedCode: NoEnhancedCode, Text: "User unknown"}})
+		err := smtp.SendMail(s.Addr(), nil, "a@example.com", []string{"b@example.org"}, []byte(message))
+		var reply *textproto.Error
+		if !errors.As(err, &reply) || reply.Code != 550 || reply.Msg != "User unknown" {
+			t.Fatalf("%s: %v, want 550 User unknown without an enhanced code", stage, err)
+		}
+		if msgs := s.Messages(); stage == StageDataEnd && (len(msgs) != 1 || msgs[0].Reply != "550 User unknown") {
+			t.Errorf("%s: messages %+v, want the one answered 550 User unknown", stage, msgs)
+		}
+	}
+}
+
 // TestDropAfterData: the whole message is read and kept, and no reply comes.
 func TestDropAfterData(t *testing.T) {
 	t.Parallel()
@@ -276,6 +293,7 @@ func TestParseBehaviour(t *testing.T) {
 		"fail=data-end:550:5.7.1":       {FailAt: StageDataEnd, Code: 550, EnhancedCode: "5.7.1"},
 		"fail=mail:421:4.3.2":           {FailAt: StageMail, Code: 421, EnhancedCode: "4.3.2"},
 		"fail=data:554":                 {FailAt: StageData, Code: 554},
+		"fail=rcpt:550:none":            {FailAt: StageRcpt, Code: 550, EnhancedCode: NoEnhancedCode},
 		"drop-after-data":               {DropAfterData: true},
 		"drop-during-data, times=2":     {DropDuringData: true, Times: 2},
 		"delay=45s":                     {Delay: 45 * time.Second},

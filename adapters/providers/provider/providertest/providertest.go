@@ -46,7 +46,9 @@ const (
 	// ServerError: the provider's servers fail (HTTP 5xx; SMTP 421 at MAIL FROM).
 	ServerError Case = "server error"
 	// Permanent: the provider refuses this recipient for good (an invalid number, no such
-	// chat, SMTP 550 5.1.1).
+	// chat, SMTP 550 5.1.1, a webhook's 410), with an answer that is hard evidence against it:
+	// the outcome suppresses the recipient (Outcome.Suppress) unless Features.NoSuppress says
+	// why the sender has no such answer.
 	Permanent Case = "permanent refusal"
 	// CallerCancelled: the attempt's context ends while the provider holds the request.
 	CallerCancelled Case = "caller cancelled"
@@ -87,6 +89,9 @@ type Features struct {
 	NoOversize string
 	// NoEcho, when not "", says why nothing can echo the request.
 	NoEcho string
+	// NoSuppress, when not "", says why none of the provider's answers is hard evidence
+	// against a recipient, so that the Permanent case does not suppress it.
+	NoSuppress string
 }
 
 // Peer is where the case's provider is, when the suite serves it itself: Addr is host:port,
@@ -150,6 +155,9 @@ func common(t *testing.T, h Harness, sender commands.Sender, o domain.Outcome) {
 	}
 	if o.NotSent && o.Kind != domain.OutcomeTransient {
 		t.Errorf("NotSent on a %s outcome: only a transient outcome may move to the next provider", o.Kind)
+	}
+	if o.Suppress && o.Kind != domain.OutcomePermanent {
+		t.Errorf("Suppress on a %s outcome (%s): only a permanent one is evidence against the recipient; soft answers never suppress", o.Kind, o.Err)
 	}
 	var log bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
@@ -219,8 +227,11 @@ var cases = []suiteCase{
 			want(t, o, domain.OutcomeTransient, f.ServerErrorNotSent != "", fault(f))
 		}
 	}},
-	{c: Permanent, skip: never, check: func(t *testing.T, _ Features, o domain.Outcome) {
+	{c: Permanent, skip: never, check: func(t *testing.T, f Features, o domain.Outcome) {
 		want(t, o, domain.OutcomePermanent, false, false)
+		if o.Suppress != (f.NoSuppress == "") {
+			t.Errorf("a permanent refusal of the recipient (%s) has Suppress=%t, want %t (NoSuppress %q)", o.ProviderCode, o.Suppress, f.NoSuppress == "", f.NoSuppress)
+		}
 	}},
 	{c: CallerCancelled, peer: hanging, skip: never, check: func(t *testing.T, _ Features, o domain.Outcome) {
 		if o.ProviderFault {

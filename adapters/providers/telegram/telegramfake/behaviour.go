@@ -13,7 +13,7 @@ const EveryCall = -1
 
 // Behaviour says how the server misbehaves. The zero Behaviour sends every well-formed message.
 // When several switches apply to one call, the first in this order answers it: HangAfterRead,
-// ServerErrors, TooManyRequests, ChatNotFound, Blocked. A count is consumed only by the calls
+// ServerErrors, TooManyRequests, ChatNotFound, Blocked, Refusals. A count is consumed only by the calls
 // it answers, and SetBehaviour starts the counts afresh.
 type Behaviour struct {
 	// TooManyRequests is how many of the next calls are answered 429 "Too Many Requests:
@@ -29,10 +29,25 @@ type Behaviour struct {
 	ChatNotFound []string
 	// Blocked lists chats answered 403 "Forbidden: bot was blocked by the user".
 	Blocked []string
+	// Refusals answers chats with other refusals of the Bot API, each its own error_code and
+	// description ("Forbidden: user is deactivated", "Bad Request: message is too long"). It has
+	// no flag form.
+	Refusals []Refusal
 	// HangAfterRead makes the server read each request whole and then answer nothing until
 	// the client gives up (or the server closes): the "timeout after the request was written"
 	// case, whose outcome is unknown.
 	HangAfterRead bool
+}
+
+// Refusal is a Bot API refusal of the messages to one chat: {"ok":false,"error_code":Code,
+// "description":Description} with Code as the HTTP status, as the real API answers.
+type Refusal struct {
+	// Chat is a chat id or @username, as in Behaviour's lists.
+	Chat string
+	// Code is the error_code, a 4xx.
+	Code int
+	// Description is Telegram's words ("Forbidden: bot was kicked from the group chat").
+	Description string
 }
 
 // ParseBehaviour reads a Behaviour from a flag value (`ledger sink`): switches separated by

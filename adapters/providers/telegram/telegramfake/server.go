@@ -85,6 +85,7 @@ type Server struct {
 	errors500  int // 500s left to answer, or EveryCall
 	notFound   map[string]bool
 	blocked    map[string]bool
+	refusals   map[string]Refusal
 	messages   []Message
 	lastSentID int64
 }
@@ -153,11 +154,17 @@ func (s *Server) Close() {
 // of calls answered 429 and 500.
 func (s *Server) SetBehaviour(b Behaviour) {
 	notFound, blocked := chatSet(b.ChatNotFound), chatSet(b.Blocked)
+	refusals := make(map[string]Refusal, len(b.Refusals))
+	for _, r := range b.Refusals {
+		if k, ok := chatKey(r.Chat); ok {
+			refusals[k] = r
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.behaviour = b
 	s.tooMany, s.errors500 = b.TooManyRequests, b.ServerErrors
-	s.notFound, s.blocked = notFound, blocked
+	s.notFound, s.blocked, s.refusals = notFound, blocked, refusals
 }
 
 // chatSet keys chats by their one spelling; entries that are no chat are ignored (they match
@@ -241,6 +248,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		answer = &apiError{code: http.StatusBadRequest, description: "Bad Request: chat not found"}
 	case s.blocked[req.chat]:
 		answer = &apiError{code: http.StatusForbidden, description: "Forbidden: bot was blocked by the user"}
+	case s.refusals[req.chat].Code != 0:
+		r := s.refusals[req.chat]
+		answer = &apiError{code: r.Code, description: r.Description}
 	}
 	var sent Message
 	if !b.HangAfterRead && answer == nil {

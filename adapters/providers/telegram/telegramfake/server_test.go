@@ -265,7 +265,8 @@ func TestBehaviours(t *testing.T) {
 		}
 	}
 
-	b.srv.SetBehaviour(Behaviour{ChatNotFound: []string{"-100123", "@Gone_Chat"}, Blocked: []string{"42"}})
+	b.srv.SetBehaviour(Behaviour{ChatNotFound: []string{"-100123", "@Gone_Chat"}, Blocked: []string{"42"},
+		Refusals: []Refusal{{Chat: "44", Code: 403, Description: "Forbidden: user is deactivated"}}})
 	for _, tt := range []struct {
 		chat        string
 		code        int
@@ -274,6 +275,7 @@ func TestBehaviours(t *testing.T) {
 		{"-100123", 400, "Bad Request: chat not found"},
 		{`"@gone_chat"`, 400, "Bad Request: chat not found"}, // usernames match in any case
 		{`"42"`, 403, "Forbidden: bot was blocked by the user"},
+		{"44", 403, "Forbidden: user is deactivated"},
 		{"43", 200, ""},
 	} {
 		code, a := b.sendJSON(t, msg(tt.chat))
@@ -292,8 +294,8 @@ func TestBehaviours(t *testing.T) {
 	if got := b.srv.Messages(); len(got) != 2 || got[0].MessageID != 1 || got[1].MessageID != 2 || got[1].ChatID != int64(43) {
 		t.Errorf("Messages() = %+v, want the two calls answered 200", got)
 	}
-	if n := strings.Count(b.out.String(), "\n"); n != 4+4+3 {
-		t.Errorf("Out has %d lines, want one per call (11):\n%s", n, b.out)
+	if n := strings.Count(b.out.String(), "\n"); n != 4+5+3 {
+		t.Errorf("Out has %d lines, want one per call (12):\n%s", n, b.out)
 	}
 }
 
