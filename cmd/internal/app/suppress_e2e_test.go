@@ -37,10 +37,35 @@ func deadLetter(t *testing.T, b *e2eBundle, id string, suppress bool) domain.Att
 	if err := json.Unmarshal(dead[0].Data, &r); err != nil {
 		t.Fatal(err)
 	}
+	// The entry the evidence adds, in the dead letter's transaction: it names this event.
+	var entries int
+	if err := b.schema.Pool.QueryRow(t.Context(), `SELECT count(*) FROM suppressions WHERE source = 'provider'
+  AND evidence->>'delivery_id' = $1 AND (evidence->>'event_version')::int = $2 AND evidence->>'provider_code' = $3`,
+		id, dead[0].Version, r.ProviderCode).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[bool]int{true: 1, false: 0}[suppress]; entries != want {
+		t.Errorf("delivery %s: %d suppression entries name its dead letter, want %d", id, entries, want)
+	}
 	if r.Class != domain.ClassPermanent || r.Exhausted {
 		t.Errorf("delivery %s's dead letter %+v, want a permanent refusal, not exhausted attempts", id, r)
 	}
 	return r
+}
+
+// wantSuppressedNext sends another delivery to recipient and checks the accept answers it
+// suppressed, by the list entry the provider's evidence (delivery evidence) added.
+func wantSuppressedNext(t *testing.T, b *e2eBundle, key, channel, recipient string, payload map[string]any, evidence string) {
+	t.Helper()
+	resp, body := b.do(t, "POST", "/v1/deliveries", key, map[string]any{"channel": channel, "recipient": recipient, "payload": payload})
+	var d suppressedDelivery
+	if err := json.Unmarshal(body, &d); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("accept after the evidence: %d %s", resp.StatusCode, body)
+	}
+	if d.State != "suppressed" || d.Suppression == nil || d.Suppression.Source != domain.SuppressionByProvider ||
+		d.Suppression.Evidence == nil || d.Suppression.Evidence.DeliveryID != evidence {
+		t.Errorf("the next %s delivery to %s: %s, want suppressed by the evidence of %s", channel, recipient, body, evidence)
+	}
 }
 
 // wantEvidence checks a dead letter's provider code and what decided it ("" for the call's own
@@ -69,6 +94,10 @@ func TestWebhookGoneSuppressesEndToEnd(t *testing.T) {
 	if n := b.sink.count(a.Deliveries[0].ID); n != 1 {
 		t.Errorf("the gone endpoint was called %d times, want once", n)
 	}
+	wantSuppressedNext(t, b, "gone-2", "webhook", b.sink.URL+"/gone", map[string]any{"k": 2}, a.Deliveries[0].ID)
+	if total := b.sink.total(); total != 2 {
+		t.Errorf("the sink took %d calls, want 2: the suppressed delivery is never sent", total)
+	}
 }
 
 // TestEmailNoSuchMailboxSuppressesEndToEnd: 550 5.1.1 at RCPT TO suppresses the address;
@@ -79,6 +108,7 @@ func TestEmailNoSuchMailboxSuppressesEndToEnd(t *testing.T) {
 		EnhancedCode: "5.1.1", Text: "<ghost@example.com>: Recipient address rejected: User unknown"}}, "none", emailRetry)
 	ghost := b.sendEmail(t, "ghost-1", "ghost@example.com")
 	wantEvidence(t, "550 5.1.1", deadLetter(t, b.e2eBundle, ghost, true), "550 5.1.1", "")
+	wantSuppressedNext(t, b.e2eBundle, "ghost-2", "email", "Ghost <GHOST@example.com>", map[string]any{"subject": "s", "text": "t"}, ghost)
 
 	b.smtp.SetBehaviour(smtpfake.Behaviour{FailAt: smtpfake.StageRcpt, Code: 550, EnhancedCode: "5.7.1", Text: "Relaying denied"})
 	denied := b.sendEmail(t, "denied-1", "ann@example.com")
@@ -100,6 +130,7 @@ func TestTelegramBlockedSuppressesEndToEnd(t *testing.T) {
 		},
 	})
 	wantEvidence(t, "403", deadLetter(t, b, a.Deliveries[0].ID, true), "403", "")
+	wantSuppressedNext(t, b, "blocked-2", "telegram", "111", map[string]any{"text": "again"}, a.Deliveries[0].ID)
 	wantEvidence(t, "400 message is too long", deadLetter(t, b, a.Deliveries[1].ID, false), "400", "")
 }
 
@@ -123,6 +154,8 @@ func TestTwilioStopAndUnknownHandsetSuppressEndToEnd(t *testing.T) {
 	wantEvidence(t, "21612", deadLetter(t, b.e2eBundle, unreachable, false), "21612", "")
 	wantEvidence(t, "30005", deadLetter(t, b.e2eBundle, unknown, true), "30005", "receipt")
 	wantEvidence(t, "30004", deadLetter(t, b.e2eBundle, blocked, false), "30004", "receipt")
+	wantSuppressedNext(t, b.e2eBundle, "stop-2", "sms", "+15005550010", map[string]any{"text": "again"}, stop)
+	wantSuppressedNext(t, b.e2eBundle, "handset-2", "sms", "+15005550012", map[string]any{"text": "again"}, unknown)
 }
 
 // TestVonageBarredAndAbsentSuppressEndToEnd: status 7 (number barred) suppresses the number and
@@ -144,4 +177,6 @@ func TestVonageBarredAndAbsentSuppressEndToEnd(t *testing.T) {
 	wantEvidence(t, "status 3", deadLetter(t, b.e2eBundle, invalid, false), "3", "")
 	wantEvidence(t, "err-code 3", deadLetter(t, b.e2eBundle, absent, true), "3", "receipt")
 	wantEvidence(t, "err-code 6", deadLetter(t, b.e2eBundle, spam, false), "6", "receipt")
+	wantSuppressedNext(t, b.e2eBundle, "barred-2", "sms", "+15005550020", map[string]any{"text": "again"}, barred)
+	wantSuppressedNext(t, b.e2eBundle, "absent-2", "sms", "+15005550022", map[string]any{"text": "again"}, absent)
 }
