@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
@@ -47,6 +48,12 @@ const DefaultDueGrace = time.Minute
 // late after its send_at a scheduled delivery is queued.
 const DefaultDueInterval = 250 * time.Millisecond
 
+// DefaultDueTakers is how many rounds the pass runs at once on a backlog. One taker kept up with
+// 2,000 sends a second falling due on a quiet machine but fell seconds behind when the machine
+// was busy (docs/benchmarks.md, "Scheduled sends at scale"): each of its transactions waits on
+// several round trips and a flush, one after the other.
+const DefaultDueTakers = 4
+
 // dueBatch is the most rows one round hands out before it looks again.
 const dueBatch = 200
 
@@ -62,6 +69,10 @@ type DuePass struct {
 	Grace time.Duration
 	// Interval is the time between rounds; zero means DefaultDueInterval.
 	Interval time.Duration
+	// Takers is how many rounds run at once while a round finds a full batch (a backlog): each
+	// round's commit waits on its flush, so one taker alone is bound by round trips, not by the
+	// database's capacity. Zero means DefaultDueTakers.
+	Takers int
 
 	due    DueStore
 	store  EventStore
@@ -93,13 +104,32 @@ func (p *DuePass) Run(ctx context.Context) error {
 		case <-ticker.C:
 		}
 		// A round that found a full batch goes on at once, at most a few times, so a burst of
-		// sends due at one instant is not spread over many intervals.
-		for range 10 {
-			if n := p.Round(ctx); n < dueBatch {
-				break
-			}
+		// sends due at one instant is not spread over many intervals; with a backlog, several
+		// takers share it (FOR UPDATE SKIP LOCKED hands each row to one of them).
+		if n := p.Round(ctx); n >= dueBatch {
+			p.drain(ctx)
 		}
 	}
+}
+
+// drain runs Takers rounds at once, each going on while it finds full batches (at most ten
+// rounds each), and waits for them.
+func (p *DuePass) drain(ctx context.Context) {
+	takers := p.Takers
+	if takers <= 0 {
+		takers = DefaultDueTakers
+	}
+	var wg sync.WaitGroup
+	for range takers {
+		wg.Go(func() {
+			for range 10 {
+				if n := p.Round(ctx); n < dueBatch || ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Round hands out what is due now and returns how many rows it handled.
