@@ -28,6 +28,7 @@ type deliveryRequest struct {
 	MaxAttempts *int            `json:"max_attempts"`
 	Window      *windowRequest  `json:"window"`
 	SendAt      *string         `json:"send_at"`
+	Category    string          `json:"category"`
 }
 
 // notificationRequest is the body of POST /v1/notifications.
@@ -38,6 +39,7 @@ type notificationRequest struct {
 	MaxAttempts *int               `json:"max_attempts"`
 	Window      *windowRequest     `json:"window"`
 	SendAt      *string            `json:"send_at"`
+	Category    string             `json:"category"`
 }
 
 type recipientRequest struct {
@@ -74,7 +76,7 @@ func newNotificationAccepted(res commands.AcceptResult) notificationAccepted {
 	out := notificationAccepted{ID: res.NotificationID, AcceptedAt: storedPrecision(res.AcceptedAt),
 		Deliveries: make([]acceptedDelivery, len(res.Deliveries))}
 	for i, d := range res.Deliveries {
-		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: acceptedState(res)}
+		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: deliveryState(res, d)}
 	}
 	return out
 }
@@ -108,6 +110,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 		return err
 	}
 	cmd.Recipients = []commands.Recipient{{Channel: req.Channel, Recipient: req.Recipient, Window: req.Window.get()}}
+	cmd.Category = req.Category
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
 		return fanOutField(err, "payload")
@@ -118,7 +121,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	d := res.Deliveries[0]
 	w.Header().Set("Location", "/v1/deliveries/"+d.ID)
 	s.writeAccepted(w, r, res.Replayed, deliveryAccepted{ID: d.ID, NotificationID: res.NotificationID,
-		State: acceptedState(res), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt)})
+		State: deliveryState(res, d), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt)})
 	return nil
 }
 
@@ -168,6 +171,7 @@ func (s *server) acceptNotification(w http.ResponseWriter, r *http.Request, tena
 		cmd.Recipients = append(cmd.Recipients, commands.Recipient{Channel: rr.Channel, Recipient: rr.Recipient,
 			Window: cmp.Or(rr.Window.get(), req.Window.get())})
 	}
+	cmd.Category = req.Category
 	res, err := s.accept(r, tenant, key, body, cmd, req.MaxAttempts != nil)
 	if err != nil {
 		return fanOutField(err, "recipients")
@@ -298,7 +302,7 @@ func (s *server) accept(r *http.Request, tenant, key string, body []byte, cmd co
 	cmd.Tenant, cmd.RequestKey, cmd.RequestHash = tenant, key, requestHash(r.Method, r.URL.Path, body)
 	res, err := s.deps.Accept.Handle(r.Context(), cmd)
 	var field *commands.InvalidField
-	if errors.As(err, &field) && field.Field == "send_at" {
+	if errors.As(err, &field) && (field.Field == "send_at" || field.Field == "category") {
 		return res, invalid(field.Field, "%s", field.Reason)
 	}
 	if err != nil && hasMaxAttempts && errors.Is(err, domain.ErrInvalidDelivery) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/deliveryledger/ledger/adapters/unsubscribe"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
@@ -37,6 +38,10 @@ type Config struct {
 	// payload must pass (commands.Channels.Checks gives them from the registry). A request
 	// naming another channel gets 400: we refuse at the door what no worker could ever deliver.
 	Channels map[string]commands.Check
+	// UnsubscribeSecret is the key the email messages' one-click unsubscribe links are signed
+	// with (LEDGER_UNSUBSCRIBE_SECRET, at least unsubscribe.MinSecretLen bytes). With it and
+	// Deps.Suppressions, GET and POST /u/{token} exist; without, they answer 404.
+	UnsubscribeSecret []byte
 }
 
 // Validate reports every problem of the configuration at once, so an operator fixes them in
@@ -56,6 +61,9 @@ func (c Config) Validate() error {
 		if validate == nil {
 			problems = append(problems, fmt.Errorf("channel %q has no recipient validator", name))
 		}
+	}
+	if n := len(c.UnsubscribeSecret); n > 0 && n < unsubscribe.MinSecretLen {
+		problems = append(problems, fmt.Errorf("the unsubscribe secret is %d bytes: at least %d", n, unsubscribe.MinSecretLen))
 	}
 	for key, tenant := range c.APIKeys {
 		if key == "" || tenant == "" {

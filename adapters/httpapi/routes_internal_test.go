@@ -59,16 +59,17 @@ func fullServer(t *testing.T) *server {
 		Replay: &commands.ReplayHandler{}, Reconcile: &commands.ReconcileHandler{}, OperatorRequests: idleDeps{},
 		Cancel: &commands.CancelHandler{}, Notifications: idleDeps{},
 		ReplayJobs: &commands.ReplayJobs{}, Receipts: &Receipts{Record: &commands.RecordReceiptHandler{}},
-		Providers: func(context.Context) ([]ProviderView, error) { panic("called") },
-		Ready:     func(context.Context) error { return nil }}
+		Providers:    func(context.Context) ([]ProviderView, error) { panic("called") },
+		Suppressions: &commands.Suppressions{},
+		Ready:        func(context.Context) error { return nil }}
 	v := reflect.ValueOf(deps)
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {
 			t.Fatalf("fullServer does not give Deps.%s: give it, so the routes behind it are walked", v.Type().Field(i).Name)
 		}
 	}
-	h, err := New(Config{APIKeys: map[string]string{"k": "acme"}, Channels: map[string]commands.Check{"webhook": func(string, json.RawMessage) error { return nil }}},
-		deps, nil)
+	h, err := New(Config{APIKeys: map[string]string{"k": "acme"}, Channels: map[string]commands.Check{"webhook": func(string, json.RawMessage) error { return nil }},
+		UnsubscribeSecret: []byte("0123456789abcdef0123456789abcdef")}, deps, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,16 @@ func acceptedState(res commands.AcceptResult) domain.State {
 	return domain.StateAccepted
 }
 
+// deliveryState is the state one delivery of an accept was left in: the command's record of it
+// (accepted, scheduled, or suppressed when its recipient is on the list or opted out), else, for
+// the stored answers of accepts from before it was recorded, the notification's.
+func deliveryState(res commands.AcceptResult, d commands.AcceptedDelivery) domain.State {
+	if d.State != "" {
+		return d.State
+	}
+	return acceptedState(res)
+}
+
 // cancelRequest is the optional body of the cancel endpoints.
 type cancelRequest struct {
 	Reason string `json:"reason"`

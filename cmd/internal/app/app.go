@@ -273,7 +273,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	reconcile.OnDecided = a.metrics.Decided
 	a.replayJobs = commands.NewReplayJobs(a.store, replay, clock, a.logger.With("role", "api"))
 	a.replayJobs.Lease, a.replayJobs.Page, a.replayJobs.Pause = a.cfg.ReplayJobLease, a.cfg.ReplayJobPage, a.cfg.ReplayJobPause
-	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks()}, httpapi.Deps{
+	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks(), UnsubscribeSecret: a.unsubscribeSecret()}, httpapi.Deps{
 		Accept:   accept,
 		Events:   a.store,
 		Requests: a.store,
@@ -288,6 +288,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		ReplayJobs:       a.replayJobs,
 		Receipts:         a.receiptIntake(clock, policies),
 		Providers:        a.providerViews,
+		Suppressions:     commands.NewSuppressions(a.suppression.Store, a.channels, a.categories, clock),
 		Ready:            a.ready,
 	}, a.logger.With("role", "api"))
 	if err != nil {
