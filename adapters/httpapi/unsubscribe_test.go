@@ -206,3 +206,17 @@ func TestUnsubscribeRoutesNeedTheSecret(t *testing.T) {
 		t.Errorf("POST without a secret: %d %s, want 404", r.status, r.body)
 	}
 }
+
+// TestUnsubscribeSecretTooShortIsRefused: a secret under unsubscribe.MinSecretLen bytes is a
+// configuration problem, not a weak key silently used.
+func TestUnsubscribeSecretTooShortIsRefused(t *testing.T) {
+	t.Parallel()
+	cfg := httpapi.Config{Channels: map[string]commands.Check{email.Name: email.Check}, UnsubscribeSecret: []byte("too-short")}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "unsubscribe secret") {
+		t.Errorf("a 9-byte secret: %v, want a refusal", err)
+	}
+	cfg.UnsubscribeSecret = unsubscribeSecret
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a %d-byte secret: %v", len(unsubscribeSecret), err)
+	}
+}
