@@ -66,20 +66,17 @@ var allRoles = []string{"api", "relay", "worker", "projector", "reconciler"}
 type Config struct {
 	// ConfigFile names the YAML file of channels and providers (see File); empty serves the
 	// webhook channel alone.
-	ConfigFile     string
-	WebhookSecrets string
-	// UnsubscribeSecret signs the one-click unsubscribe links of email (at least 32 bytes);
-	// empty: messages carry no List-Unsubscribe and the /u/ routes do not exist.
-	UnsubscribeSecret string
-	DatabaseURL       string
-	DatabaseMaxConns  int
-	AMQPURL           string
-	AMQPPrefix        string
-	AMQPQueueType     string
-	AMQPDeliveryLim   int
-	HTTPAddr          string
-	MetricsAddr       string
-	APIKeys           string
+	ConfigFile       string
+	WebhookSecrets   string
+	DatabaseURL      string
+	DatabaseMaxConns int
+	AMQPURL          string
+	AMQPPrefix       string
+	AMQPQueueType    string
+	AMQPDeliveryLim  int
+	HTTPAddr         string
+	MetricsAddr      string
+	APIKeys          string
 	// Timeouts of the HTTP server.
 	HTTPReadHeaderTimeout time.Duration
 	HTTPReadTimeout       time.Duration
@@ -123,6 +120,10 @@ type Config struct {
 	ReplayJobPage  int
 	// ReplayJobPause is the wait between two pages of a replay job (0: none).
 	ReplayJobPause time.Duration
+
+	// UnsubscribeSecret signs the one-click unsubscribe links of email (at least 32 bytes);
+	// empty: messages carry no List-Unsubscribe and the /u/ routes do not exist.
+	UnsubscribeSecret string
 
 	// explicit names the flags set on the command line or in the environment, which win over
 	// the configuration file.
