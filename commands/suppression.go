@@ -221,3 +221,10 @@ func (c *SuppressionCheck) counted(channel, by string) {
 		c.OnSuppressed(channel, by)
 	}
 }
+
+// Category returns a declared category, and false for one the configuration does not declare:
+// what a one-click unsubscribe link, signed when the message went out, is checked against now.
+func (s *Suppressions) Category(name string) (Category, bool) {
+	c, ok := s.categories[name]
+	return c, ok
+}

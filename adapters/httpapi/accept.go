@@ -79,7 +79,7 @@ func newNotificationAccepted(res commands.AcceptResult) notificationAccepted {
 	out := notificationAccepted{ID: res.NotificationID, AcceptedAt: storedPrecision(res.AcceptedAt),
 		Deliveries: make([]acceptedDelivery, len(res.Deliveries))}
 	for i, d := range res.Deliveries {
-		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: acceptedState(res, d),
+		out.Deliveries[i] = acceptedDelivery{ID: d.ID, Channel: d.Channel, Recipient: d.Recipient, State: deliveryState(res, d),
 			Suppression: d.Suppression}
 	}
 	return out
@@ -125,7 +125,7 @@ func (s *server) acceptDelivery(w http.ResponseWriter, r *http.Request, tenant s
 	d := res.Deliveries[0]
 	w.Header().Set("Location", "/v1/deliveries/"+d.ID)
 	s.writeAccepted(w, r, res.Replayed, deliveryAccepted{ID: d.ID, NotificationID: res.NotificationID,
-		State: acceptedState(res, d), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt),
+		State: deliveryState(res, d), Channel: d.Channel, Recipient: d.Recipient, AcceptedAt: storedPrecision(res.AcceptedAt),
 		Suppression: d.Suppression})
 	return nil
 }
@@ -310,7 +310,7 @@ func (s *server) accept(r *http.Request, tenant, key string, body []byte, cmd co
 	cmd.Tenant, cmd.RequestKey, cmd.RequestHash = tenant, key, requestHash(r.Method, r.URL.Path, body)
 	res, err := s.deps.Accept.Handle(r.Context(), cmd)
 	var field *commands.InvalidField
-	if errors.As(err, &field) && field.Field == "send_at" {
+	if errors.As(err, &field) && (field.Field == "send_at" || field.Field == "category") {
 		return res, invalid(field.Field, "%s", field.Reason)
 	}
 	if err != nil && hasMaxAttempts && errors.Is(err, domain.ErrInvalidDelivery) {

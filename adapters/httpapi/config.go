@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/deliveryledger/ledger/adapters/unsubscribe"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
@@ -42,6 +43,11 @@ type Config struct {
 	// is refused with 400, since both would reach the same recipient. Nil compares recipients
 	// as given.
 	Normalize func(channel, recipient string) string
+
+	// UnsubscribeSecret is the key the email messages' one-click unsubscribe links are signed
+	// with (LEDGER_UNSUBSCRIBE_SECRET, at least unsubscribe.MinSecretLen bytes). With it and
+	// Deps.Suppressions, GET and POST /u/{token} exist; without, they answer 404.
+	UnsubscribeSecret []byte
 }
 
 // Validate reports every problem of the configuration at once, so an operator fixes them in
@@ -61,6 +67,9 @@ func (c Config) Validate() error {
 		if validate == nil {
 			problems = append(problems, fmt.Errorf("channel %q has no recipient validator", name))
 		}
+	}
+	if n := len(c.UnsubscribeSecret); n > 0 && n < unsubscribe.MinSecretLen {
+		problems = append(problems, fmt.Errorf("the unsubscribe secret is %d bytes: at least %d", n, unsubscribe.MinSecretLen))
 	}
 	for key, tenant := range c.APIKeys {
 		if key == "" || tenant == "" {

@@ -68,8 +68,8 @@ func fullServer(t *testing.T) *server {
 			t.Fatalf("fullServer does not give Deps.%s: give it, so the routes behind it are walked", v.Type().Field(i).Name)
 		}
 	}
-	h, err := New(Config{APIKeys: map[string]string{"k": "acme"}, Channels: map[string]commands.Check{"webhook": func(string, json.RawMessage) error { return nil }}},
-		deps, nil)
+	h, err := New(Config{APIKeys: map[string]string{"k": "acme"}, Channels: map[string]commands.Check{"webhook": func(string, json.RawMessage) error { return nil }},
+		UnsubscribeSecret: []byte("0123456789abcdef0123456789abcdef")}, deps, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

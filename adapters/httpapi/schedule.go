@@ -23,10 +23,10 @@ func parseSendAt(v *string) (*time.Time, error) {
 	return &t, nil
 }
 
-// acceptedState is the state an accept answer names for one of its deliveries: the one the
-// accept recorded, or for the stored answers of accepts from before that was kept, what the
-// request asked for.
-func acceptedState(res commands.AcceptResult, d commands.AcceptedDelivery) domain.State {
+// deliveryState is the state one delivery of an accept was left in: the command's record of it
+// (accepted, scheduled, or suppressed when its recipient is on the list or opted out), else, for
+// the stored answers of accepts from before it was recorded, the notification's.
+func deliveryState(res commands.AcceptResult, d commands.AcceptedDelivery) domain.State {
 	if d.State != "" {
 		return d.State
 	}

@@ -21,6 +21,8 @@
 //	POST /v1/receipts/{provider}        a provider's delivery receipt (authenticated by the provider);
 //	                                    GET too for a provider that sends receipts as a query (Vonage)
 //	GET  /v1/providers                  each provider's channel and circuit state
+//	GET  /u/{token}                     a recipient's one-click unsubscribe page (no key: the token is signed)
+//	POST /u/{token}                     the one-click unsubscribe itself (List-Unsubscribe=One-Click, RFC 8058)
 //	GET  /console/                      the operators' web console (static; calls this API)
 //	GET  /openapi.yaml                  this API's OpenAPI 3.1 description
 //	GET  /healthz, GET /readyz          liveness, readiness
@@ -183,6 +185,11 @@ func New(cfg Config, deps Deps, logger *slog.Logger) (http.Handler, error) {
 		// the others.
 		s.handle("POST /v1/receipts/{provider}", http.HandlerFunc(s.receipt))
 		s.handle("GET /v1/receipts/{provider}", http.HandlerFunc(s.receipt))
+	}
+	if len(cfg.UnsubscribeSecret) > 0 && deps.Suppressions != nil {
+		// A recipient's one-click unsubscribe (RFC 8058): the signed token is the authority.
+		s.publicRoute("GET /u/{token}", s.unsubscribePage)
+		s.publicRoute("POST /u/{token}", s.unsubscribe)
 	}
 	// The operators' console: static pages that call this API with the key an operator enters.
 	// It answers /console itself too (its redirect to /console/): left to the mux, that redirect

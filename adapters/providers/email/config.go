@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/providers/provider"
+	"github.com/deliveryledger/ledger/commands"
 )
 
 // TLSMode says how a Sender protects its SMTP session.
@@ -79,6 +80,10 @@ type Config struct {
 	RootCAs *x509.CertPool
 	// HeloName (helo_name) is the name sent with EHLO; empty means DefaultHeloName.
 	HeloName string
+	// Unsubscribe, when set, gives a message's one-click unsubscribe link (RFC 8058): with ok,
+	// the message carries List-Unsubscribe and List-Unsubscribe-Post; without (no category, a
+	// required one, no secret), neither. The wiring sets it (Process); no file key does.
+	Unsubscribe func(commands.WorkMessage) (link string, ok bool)
 }
 
 // fileKeys are the configuration file's keys of Config's fields where they differ: the password

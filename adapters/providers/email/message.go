@@ -42,6 +42,14 @@ func (s *Sender) message(msg commands.WorkMessage, now time.Time) (*mail.Msg, er
 	// not know drops the repeat (RFC 5322 section 3.6.4 makes it the message's identity).
 	m.SetMessageIDWithValue(msg.DeliveryID + "@" + s.domain)
 	m.SetUserAgent(userAgent)
+	if s.cfg.Unsubscribe != nil {
+		if link, ok := s.cfg.Unsubscribe(msg); ok {
+			// RFC 8058: the link in List-Unsubscribe (RFC 2369's angle brackets) and the POST
+			// body a mail client sends to it, which tells a one-click unsubscribe from a visit.
+			m.SetGenHeader(mail.HeaderListUnsubscribe, "<"+link+">")
+			m.SetGenHeader(mail.HeaderListUnsubscribePost, "List-Unsubscribe=One-Click")
+		}
+	}
 	switch {
 	case c.text != "" && c.html != "":
 		// multipart/alternative, plain text first: RFC 2046 section 5.1.4 orders the parts

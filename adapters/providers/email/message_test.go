@@ -70,3 +70,47 @@ func TestSubjectOnTheWireKeepsToTheLineLimits(t *testing.T) {
 		t.Errorf("a short subject went as %q, want it as it is", got)
 	}
 }
+
+// TestUnsubscribeHeadersOnlyWhenTheLinkIsGiven: a message whose link the wiring gives carries
+// List-Unsubscribe with it in angle brackets and List-Unsubscribe-Post: List-Unsubscribe=One-Click
+// (RFC 8058); one it gives none for (no category, a required one) carries neither.
+func TestUnsubscribeHeadersOnlyWhenTheLinkIsGiven(t *testing.T) {
+	t.Parallel()
+	fake, err := smtpfake.Start(smtpfake.Config{Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fake.Close() })
+	host, port, err := net.SplitHostPort(fake.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	portNumber, _ := strconv.Atoi(port)
+	link := "https://ledger.example/u/" + strings.Repeat("A", 120) + "." + strings.Repeat("b", 43)
+	s, err := New(Config{Provider: "smtp", Host: host, Port: portNumber, From: "Ledger <noreply@example.com>", TLS: TLSNone,
+		Timeout: 10 * time.Second, Unsubscribe: func(m commands.WorkMessage) (string, bool) {
+			return link, m.Category == "marketing"
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, category := range []string{"marketing", "account", ""} {
+		msg := commands.WorkMessage{DeliveryID: "0190c6a4-7b1e-7cde-9f00-1a2b3c4d5e6" + strconv.Itoa(i), Tenant: "acme", Channel: Name,
+			Recipient: "ada@example.org", Payload: json.RawMessage(`{"subject":"News","text":"Hello."}`), Attempt: 1, MaxAttempts: 1,
+			Category: category}
+		if o := s.Send(t.Context(), msg); o.Kind != domain.OutcomeDelivered {
+			t.Fatalf("category %q: %s (%s)", category, o.Kind, o.Err)
+		}
+		h := fake.Messages()[i].Header()
+		unsub, post := h.Get("List-Unsubscribe"), h.Get("List-Unsubscribe-Post")
+		if category == "marketing" {
+			if unsub != "<"+link+">" || post != "List-Unsubscribe=One-Click" {
+				t.Errorf("category %q: List-Unsubscribe %q, List-Unsubscribe-Post %q; want <%s> and List-Unsubscribe=One-Click", category, unsub, post, link)
+			}
+			continue
+		}
+		if unsub != "" || post != "" {
+			t.Errorf("category %q: List-Unsubscribe %q, List-Unsubscribe-Post %q; want neither", category, unsub, post)
+		}
+	}
+}

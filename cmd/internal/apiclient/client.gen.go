@@ -1299,6 +1299,36 @@ func (e UnauthorizedType) Valid() bool {
 	}
 }
 
+// Defines values for UnsubscribeForgedType.
+const (
+	UnsubscribeForgedTypeAboutBlank UnsubscribeForgedType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribeForgedType enum.
+func (e UnsubscribeForgedType) Valid() bool {
+	switch e {
+	case UnsubscribeForgedTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribeRefusedType.
+const (
+	UnsubscribeRefusedTypeAboutBlank UnsubscribeRefusedType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribeRefusedType enum.
+func (e UnsubscribeRefusedType) Valid() bool {
+	switch e {
+	case UnsubscribeRefusedTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UnsupportedMediaTypeType.
 const (
 	UnsupportedMediaTypeTypeAboutBlank UnsupportedMediaTypeType = "about:blank"
@@ -1413,6 +1443,216 @@ const (
 func (e Readyz503ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Readyz503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	UnsubscribePage400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case UnsubscribePage400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType.
+const (
+	UnsubscribePage403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType enum.
+func (e UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case UnsubscribePage403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	UnsubscribePage404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case UnsubscribePage404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType.
+const (
+	UnsubscribePage405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType enum.
+func (e UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case UnsubscribePage405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	UnsubscribePage500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case UnsubscribePage500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribeFormdataBodyListUnsubscribe.
+const (
+	UnsubscribeFormdataBodyListUnsubscribeOneClick UnsubscribeFormdataBodyListUnsubscribe = "One-Click"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribeFormdataBodyListUnsubscribe enum.
+func (e UnsubscribeFormdataBodyListUnsubscribe) Valid() bool {
+	switch e {
+	case UnsubscribeFormdataBodyListUnsubscribeOneClick:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribeMultipartBodyListUnsubscribe.
+const (
+	UnsubscribeMultipartBodyListUnsubscribeOneClick UnsubscribeMultipartBodyListUnsubscribe = "One-Click"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribeMultipartBodyListUnsubscribe enum.
+func (e UnsubscribeMultipartBodyListUnsubscribe) Valid() bool {
+	switch e {
+	case UnsubscribeMultipartBodyListUnsubscribeOneClick:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe400ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe400ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe403ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe403ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe403ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe403ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe404ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe404ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe405ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe405ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe405ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe405ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe413ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe413ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe500ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe500ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe503ApplicationProblemPlusJSONResponseBodyType.
+const (
+	Unsubscribe503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe503ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe503ApplicationProblemPlusJSONResponseBodyType enum.
+func (e Unsubscribe503ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case Unsubscribe503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
 		return true
 	default:
 		return false
@@ -3878,10 +4118,10 @@ type DeliveryList struct {
 
 // DeliveryRequest defines model for DeliveryRequest.
 type DeliveryRequest struct {
-	// Category A category the server's configuration declares (`categories:` in its file); an
-	// undeclared one is 400 naming `category`. A recipient who opted out of it (PUT
-	// /v1/preferences, or one-click unsubscribe) gets a `suppressed` delivery, unless the
-	// category is `required`. Part of the request for idempotency like any other member.
+	// Category A category the configuration file declares (`categories:`); another is 400 naming
+	// `category`. A recipient who opted out of it (PUT /v1/preferences, or the one-click
+	// unsubscribe of an email) is `suppressed`; a required category cannot be opted out of.
+	// An email of a category that is not required carries List-Unsubscribe (RFC 8058).
 	Category *string `json:"category,omitempty"`
 
 	// Channel A configured channel (webhook, email, sms, ...); another is 400.
@@ -4045,10 +4285,10 @@ type NotificationRecipient struct {
 
 // NotificationRequest defines model for NotificationRequest.
 type NotificationRequest struct {
-	// Category A category the server's configuration declares (`categories:` in its file); an
-	// undeclared one is 400 naming `category`. A recipient who opted out of it (PUT
-	// /v1/preferences, or one-click unsubscribe) gets a `suppressed` delivery, unless the
-	// category is `required`. Part of the request for idempotency like any other member.
+	// Category A category the configuration file declares (`categories:`); another is 400 naming
+	// `category`. A recipient who opted out of it (PUT /v1/preferences, or the one-click
+	// unsubscribe of an email) is `suppressed`; a required category cannot be opted out of.
+	// An email of a category that is not required carries List-Unsubscribe (RFC 8058).
 	Category *string `json:"category,omitempty"`
 
 	// MaxAttempts At most the server's LEDGER_MAX_ATTEMPTS, which is also the default.
@@ -5113,6 +5353,40 @@ type Unauthorized struct {
 // UnauthorizedType Always about:blank; the status and `field` carry what a client branches on.
 type UnauthorizedType string
 
+// UnsubscribeForged defines model for UnsubscribeForged.
+type UnsubscribeForged struct {
+	// Detail What to change, for a human.
+	Detail string      `json:"detail"`
+	Field  interface{} `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  interface{} `json:"title"`
+
+	// Type Always about:blank; the status and `field` carry what a client branches on.
+	Type UnsubscribeForgedType `json:"type"`
+}
+
+// UnsubscribeForgedType Always about:blank; the status and `field` carry what a client branches on.
+type UnsubscribeForgedType string
+
+// UnsubscribeRefused defines model for UnsubscribeRefused.
+type UnsubscribeRefused struct {
+	// Detail What to change, for a human.
+	Detail string `json:"detail"`
+
+	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
+	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
+	// `state` for a decision that does not apply to the delivery's state.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  interface{} `json:"title"`
+
+	// Type Always about:blank; the status and `field` carry what a client branches on.
+	Type UnsubscribeRefusedType `json:"type"`
+}
+
+// UnsubscribeRefusedType Always about:blank; the status and `field` carry what a client branches on.
+type UnsubscribeRefusedType string
+
 // UnsupportedMediaType defines model for UnsupportedMediaType.
 type UnsupportedMediaType struct {
 	// Detail What to change, for a human.
@@ -5148,6 +5422,58 @@ type Readyz500ApplicationProblemPlusJSONResponseBodyType string
 
 // Readyz503ApplicationProblemPlusJSONResponseBodyType defines parameters for Readyz.
 type Readyz503ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
+type UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
+type UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
+type UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
+type UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
+type UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribeFormdataBody defines parameters for Unsubscribe.
+type UnsubscribeFormdataBody struct {
+	ListUnsubscribe UnsubscribeFormdataBodyListUnsubscribe `form:"List-Unsubscribe" json:"List-Unsubscribe"`
+}
+
+// UnsubscribeMultipartBody defines parameters for Unsubscribe.
+type UnsubscribeMultipartBody struct {
+	ListUnsubscribe UnsubscribeMultipartBodyListUnsubscribe `json:"List-Unsubscribe"`
+}
+
+// UnsubscribeFormdataBodyListUnsubscribe defines parameters for Unsubscribe.
+type UnsubscribeFormdataBodyListUnsubscribe string
+
+// UnsubscribeMultipartBodyListUnsubscribe defines parameters for Unsubscribe.
+type UnsubscribeMultipartBodyListUnsubscribe string
+
+// Unsubscribe400ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe400ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe403ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe403ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe404ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe404ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe405ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe405ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe413ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe413ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe500ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe500ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe503ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
+type Unsubscribe503ApplicationProblemPlusJSONResponseBodyType string
 
 // ListDeliveriesParams defines parameters for ListDeliveries.
 type ListDeliveriesParams struct {
@@ -5710,6 +6036,12 @@ type GetSuppression404ApplicationProblemPlusJSONResponseBodyType string
 
 // GetSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
 type GetSuppression500ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribeFormdataRequestBody defines body for Unsubscribe for application/x-www-form-urlencoded ContentType.
+type UnsubscribeFormdataRequestBody UnsubscribeFormdataBody
+
+// UnsubscribeMultipartRequestBody defines body for Unsubscribe for multipart/form-data ContentType.
+type UnsubscribeMultipartRequestBody UnsubscribeMultipartBody
 
 // AcceptDeliveryJSONRequestBody defines body for AcceptDelivery for application/json ContentType.
 type AcceptDeliveryJSONRequestBody = DeliveryRequest
@@ -6539,6 +6871,44 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// UnsubscribePage The one-click unsubscribe's confirmation page
+	//
+	// A small HTML page naming the category and the recipient (masked), with one button that
+	// POSTs `List-Unsubscribe=One-Click` to the same URL. A GET records nothing: mail scanners
+	// and link previews fetch every link of a message. The route exists only when
+	// LEDGER_UNSUBSCRIBE_SECRET is set (otherwise `404`). The pages carry a strict
+	// Content-Security-Policy, Referrer-Policy: no-referrer, X-Frame-Options: DENY and
+	// Cache-Control: no-store.
+	//
+	// Corresponds with GET /u/{token} (the `UnsubscribePage` operationId).
+	UnsubscribePage(ctx context.Context, token string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UnsubscribeWithBody One-click unsubscribe
+	//
+	// Records the recipient's opt-out of the token's category (a preference with source
+	// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+	// repeat changes nothing and gets the same answer. The body must be the form
+	// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+	// nothing recorded.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+	UnsubscribeWithBody(ctx context.Context, token string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UnsubscribeWithFormdataBody One-click unsubscribe
+	//
+	// Records the recipient's opt-out of the token's category (a preference with source
+	// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+	// repeat changes nothing and gets the same answer. The body must be the form
+	// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+	// nothing recorded.
+	//
+	// Takes a body of the `application/x-www-form-urlencoded` content type.
+	//
+	// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+	UnsubscribeWithFormdataBody(ctx context.Context, token string, body UnsubscribeFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListDeliveries List deliveries from the status view
 	//
 	// Newest first, keyed on (accepted_at, id), so deliveries accepted while a client pages never
@@ -7039,6 +7409,74 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UnsubscribePage The one-click unsubscribe's confirmation page
+//
+// A small HTML page naming the category and the recipient (masked), with one button that
+// POSTs `List-Unsubscribe=One-Click` to the same URL. A GET records nothing: mail scanners
+// and link previews fetch every link of a message. The route exists only when
+// LEDGER_UNSUBSCRIBE_SECRET is set (otherwise `404`). The pages carry a strict
+// Content-Security-Policy, Referrer-Policy: no-referrer, X-Frame-Options: DENY and
+// Cache-Control: no-store.
+//
+// Corresponds with GET /u/{token} (the `UnsubscribePage` operationId).
+func (c *Client) UnsubscribePage(ctx context.Context, token string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnsubscribePageRequest(c.Server, token)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UnsubscribeWithBody One-click unsubscribe
+//
+// Records the recipient's opt-out of the token's category (a preference with source
+// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+// repeat changes nothing and gets the same answer. The body must be the form
+// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+// nothing recorded.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+func (c *Client) UnsubscribeWithBody(ctx context.Context, token string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnsubscribeRequestWithBody(c.Server, token, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UnsubscribeWithFormdataBody One-click unsubscribe
+//
+// Records the recipient's opt-out of the token's category (a preference with source
+// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+// repeat changes nothing and gets the same answer. The body must be the form
+// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+// nothing recorded.
+//
+// Takes a body of the `application/x-www-form-urlencoded` content type.
+//
+// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+func (c *Client) UnsubscribeWithFormdataBody(ctx context.Context, token string, body UnsubscribeFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUnsubscribeRequestWithFormdataBody(c.Server, token, body)
 	if err != nil {
 		return nil, err
 	}
@@ -8015,6 +8453,87 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewUnsubscribePageRequest constructs an http.Request for the UnsubscribePage method
+func NewUnsubscribePageRequest(server string, token string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token", token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/u/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUnsubscribeRequestWithFormdataBody calls the generic Unsubscribe builder with application/x-www-form-urlencoded body
+func NewUnsubscribeRequestWithFormdataBody(server string, token string, body UnsubscribeFormdataRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	bodyStr, err := runtime.MarshalForm(body, nil)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = strings.NewReader(bodyStr.Encode())
+	return NewUnsubscribeRequestWithBody(server, token, "application/x-www-form-urlencoded", bodyReader)
+}
+
+// NewUnsubscribeRequestWithBody constructs an http.Request for the Unsubscribe method, with any body, and a specified content type
+func NewUnsubscribeRequestWithBody(server string, token string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token", token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/u/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -9719,6 +10238,46 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// UnsubscribePageWithResponse The one-click unsubscribe's confirmation page
+	//
+	// A small HTML page naming the category and the recipient (masked), with one button that
+	// POSTs `List-Unsubscribe=One-Click` to the same URL. A GET records nothing: mail scanners
+	// and link previews fetch every link of a message. The route exists only when
+	// LEDGER_UNSUBSCRIBE_SECRET is set (otherwise `404`). The pages carry a strict
+	// Content-Security-Policy, Referrer-Policy: no-referrer, X-Frame-Options: DENY and
+	// Cache-Control: no-store.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /u/{token} (the `UnsubscribePage` operationId).
+	UnsubscribePageWithResponse(ctx context.Context, token string, reqEditors ...RequestEditorFn) (*UnsubscribePageResponse, error)
+
+	// UnsubscribeWithBodyWithResponse One-click unsubscribe
+	//
+	// Records the recipient's opt-out of the token's category (a preference with source
+	// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+	// repeat changes nothing and gets the same answer. The body must be the form
+	// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+	// nothing recorded.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+	UnsubscribeWithBodyWithResponse(ctx context.Context, token string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UnsubscribeResponse, error)
+
+	// UnsubscribeWithFormdataBodyWithResponse One-click unsubscribe
+	//
+	// Records the recipient's opt-out of the token's category (a preference with source
+	// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+	// repeat changes nothing and gets the same answer. The body must be the form
+	// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+	// nothing recorded.
+	//
+	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+	UnsubscribeWithFormdataBodyWithResponse(ctx context.Context, token string, body UnsubscribeFormdataRequestBody, reqEditors ...RequestEditorFn) (*UnsubscribeResponse, error)
+
 	// ListDeliveriesWithResponse List deliveries from the status view
 	//
 	// Newest first, keyed on (accepted_at, id), so deliveries accepted while a client pages never
@@ -10421,6 +10980,172 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UnsubscribePageResponse405Headers the declared response headers of an HTTP 405 response for UnsubscribePage
+type UnsubscribePageResponse405Headers struct {
+	Allow string
+}
+
+type UnsubscribePageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *UnsubscribeRefused
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *UnsubscribeForged
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *UnsubscribePageResponse405Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UnsubscribePageResponse) GetApplicationproblemJSON400() *UnsubscribeRefused {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UnsubscribePageResponse) GetApplicationproblemJSON403() *UnsubscribeForged {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UnsubscribePageResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r UnsubscribePageResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UnsubscribePageResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r UnsubscribePageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UnsubscribePageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UnsubscribePageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UnsubscribePageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UnsubscribeResponse405Headers the declared response headers of an HTTP 405 response for Unsubscribe
+type UnsubscribeResponse405Headers struct {
+	Allow string
+}
+
+type UnsubscribeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *UnsubscribeRefused
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *UnsubscribeForged
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON405 the response for an HTTP 405 `application/problem+json` response
+	ApplicationproblemJSON405 *MethodNotAllowed
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *PayloadTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *NotReady
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *UnsubscribeResponse405Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON400() *UnsubscribeRefused {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON403() *UnsubscribeForged {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON405 returns the response for an HTTP 405 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON405() *MethodNotAllowed {
+	return r.ApplicationproblemJSON405
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON413() *PayloadTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON500() *InternalError {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r UnsubscribeResponse) GetApplicationproblemJSON503() *NotReady {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r UnsubscribeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UnsubscribeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UnsubscribeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UnsubscribeResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12839,6 +13564,64 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
+// UnsubscribePageWithResponse The one-click unsubscribe's confirmation page
+//
+// A small HTML page naming the category and the recipient (masked), with one button that
+// POSTs `List-Unsubscribe=One-Click` to the same URL. A GET records nothing: mail scanners
+// and link previews fetch every link of a message. The route exists only when
+// LEDGER_UNSUBSCRIBE_SECRET is set (otherwise `404`). The pages carry a strict
+// Content-Security-Policy, Referrer-Policy: no-referrer, X-Frame-Options: DENY and
+// Cache-Control: no-store.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /u/{token} (the `UnsubscribePage` operationId).
+func (c *ClientWithResponses) UnsubscribePageWithResponse(ctx context.Context, token string, reqEditors ...RequestEditorFn) (*UnsubscribePageResponse, error) {
+	rsp, err := c.UnsubscribePage(ctx, token, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnsubscribePageResponse(rsp)
+}
+
+// UnsubscribeWithBodyWithResponse One-click unsubscribe
+//
+// Records the recipient's opt-out of the token's category (a preference with source
+// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+// repeat changes nothing and gets the same answer. The body must be the form
+// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+// nothing recorded.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+func (c *ClientWithResponses) UnsubscribeWithBodyWithResponse(ctx context.Context, token string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UnsubscribeResponse, error) {
+	rsp, err := c.UnsubscribeWithBody(ctx, token, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnsubscribeResponse(rsp)
+}
+
+// UnsubscribeWithFormdataBodyWithResponse One-click unsubscribe
+//
+// Records the recipient's opt-out of the token's category (a preference with source
+// `unsubscribe`); later deliveries of that category to the recipient are `suppressed`. A
+// repeat changes nothing and gets the same answer. The body must be the form
+// `List-Unsubscribe=One-Click` (RFC 8058), urlencoded or multipart; without it, `400` and
+// nothing recorded.
+//
+// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /u/{token} (the `Unsubscribe` operationId).
+func (c *ClientWithResponses) UnsubscribeWithFormdataBodyWithResponse(ctx context.Context, token string, body UnsubscribeFormdataRequestBody, reqEditors ...RequestEditorFn) (*UnsubscribeResponse, error) {
+	rsp, err := c.UnsubscribeWithFormdataBody(ctx, token, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnsubscribeResponse(rsp)
+}
+
 // ListDeliveriesWithResponse List deliveries from the status view
 //
 // Newest first, keyed on (accepted_at, id), so deliveries accepted while a client pages never
@@ -13724,6 +14507,154 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseUnsubscribePageResponse parses an HTTP response from a UnsubscribePageWithResponse call
+func ParseUnsubscribePageResponse(rsp *http.Response) (*UnsubscribePageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UnsubscribePageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnsubscribeRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest UnsubscribeForged
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 405:
+		var headers UnsubscribePageResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = value
+		}
+		response.Headers405 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUnsubscribeResponse parses an HTTP response from a UnsubscribeWithResponse call
+func ParseUnsubscribeResponse(rsp *http.Response) (*UnsubscribeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UnsubscribeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnsubscribeRefused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest UnsubscribeForged
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest NotReady
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 405:
+		var headers UnsubscribeResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = value
+		}
+		response.Headers405 = &headers
 	}
 
 	return response, nil

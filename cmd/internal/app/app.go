@@ -273,7 +273,8 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	reconcile.OnDecided = a.metrics.Decided
 	a.replayJobs = commands.NewReplayJobs(a.store, replay, clock, a.logger.With("role", "api"))
 	a.replayJobs.Lease, a.replayJobs.Page, a.replayJobs.Pause = a.cfg.ReplayJobLease, a.cfg.ReplayJobPage, a.cfg.ReplayJobPause
-	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks(), Normalize: a.channels.Normalize}, httpapi.Deps{
+	api, err := httpapi.New(httpapi.Config{APIKeys: keys, Channels: a.channels.Checks(), Normalize: a.channels.Normalize,
+		UnsubscribeSecret: a.unsubscribeSecret()}, httpapi.Deps{
 		Accept:   accept,
 		Events:   a.store,
 		Requests: a.store,

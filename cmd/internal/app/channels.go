@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/httpapi"
 	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
+	"github.com/deliveryledger/ledger/adapters/providers/email"
 	ptype "github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
+	"github.com/deliveryledger/ledger/adapters/unsubscribe"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -38,13 +41,13 @@ func (c *Config) loadFile() (*File, error) {
 // type (providerTypes), each channel by the unit its providers' type names.
 func (a *App) registry(file *File) (*commands.Channels, map[string]domain.RetryPolicy, error) {
 	hooks, hooksErr := a.webhookProcess()
-	types := providerTypes(hooks)
+	types := providerTypes(hooks, email.Process{Unsubscribe: a.unsubscribeLink})
 	var channels []commands.Channel
 	policies := map[string]domain.RetryPolicy{}
 	var problems []error
 	a.publicURL, a.providers = file.PublicURL, nil
 	if a.logger != nil {
-		for _, w := range file.Warnings {
+		for _, w := range slices.Concat(file.Warnings, unsubscribeWarnings(file, a.cfg.UnsubscribeSecret)) {
 			a.logger.Warn("configuration file: " + w)
 		}
 	}
@@ -167,6 +170,12 @@ func checkFile(path string, cfg Config, getenv func(string) (string, bool)) ([]s
 	if err != nil {
 		return nil, err
 	}
+	if cfg.UnsubscribeSecret == "" {
+		cfg.UnsubscribeSecret, _ = getenv(envUnsubscribeSecret)
+	}
+	if n := len(cfg.UnsubscribeSecret); n > 0 && n < unsubscribe.MinSecretLen {
+		return nil, fmt.Errorf("%s is %d bytes: at least %d, or unset", envUnsubscribeSecret, n, unsubscribe.MinSecretLen)
+	}
 	a := &App{cfg: cfg}
 	channels, policies, err := a.registry(file)
 	if err != nil {
@@ -188,7 +197,7 @@ func checkFile(path string, cfg Config, getenv func(string) (string, bool)) ([]s
 		}
 		lines = append(lines, fmt.Sprintf("channel %s: providers %v; %s", name, providers, retry))
 	}
-	for _, w := range file.Warnings {
+	for _, w := range slices.Concat(file.Warnings, unsubscribeWarnings(file, cfg.UnsubscribeSecret)) {
 		lines = append(lines, "warning: "+w)
 	}
 	for _, p := range a.providers {

@@ -16,6 +16,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/amqp"
 	"github.com/deliveryledger/ledger/adapters/mechanisms/limit"
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/unsubscribe"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
@@ -120,6 +121,10 @@ type Config struct {
 	// ReplayJobPause is the wait between two pages of a replay job (0: none).
 	ReplayJobPause time.Duration
 
+	// UnsubscribeSecret signs the one-click unsubscribe links of email (at least 32 bytes);
+	// empty: messages carry no List-Unsubscribe and the /u/ routes do not exist.
+	UnsubscribeSecret string
+
 	// explicit names the flags set on the command line or in the environment, which win over
 	// the configuration file.
 	explicit map[string]bool
@@ -158,6 +163,7 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	c.ConnectionFlags(fs)
 	fs.StringVar(&c.ConfigFile, "config", "", "YAML file of channels, their providers in order, per-channel retry and provider settings (empty: the webhook channel alone)")
 	fs.StringVar(&c.WebhookSecrets, "webhook-secrets", "", "tenant:whsec_... pairs signing each tenant's webhooks (Standard Webhooks); a tenant twice has two secrets (rotation)")
+	fs.StringVar(&c.UnsubscribeSecret, "unsubscribe-secret", "", fmt.Sprintf("key (at least %d bytes) signing the one-click unsubscribe links of email messages of a category that is not required (empty: no List-Unsubscribe header)", unsubscribe.MinSecretLen))
 	fs.StringVar(&c.AMQPURL, "amqp-url", defaultAMQPURL, "RabbitMQ URL; a cluster's nodes as several URLs separated by commas (the ledger connects to the first that answers and moves to another when it goes away)")
 	fs.IntVar(&c.DatabaseMaxConns, "database-max-conns", defaultDatabaseMaxConns, "size of the database connection pool")
 	fs.StringVar(&c.AMQPPrefix, "amqp-prefix", defaultAMQPPrefix, "prefix of every exchange and queue name")
@@ -205,6 +211,10 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.AMQPPrefix == "" {
 		errs = append(errs, errors.New("--amqp-prefix is empty"))
+	}
+	if n := len(c.UnsubscribeSecret); n > 0 && n < unsubscribe.MinSecretLen {
+		// Never the value: it is a secret, however short.
+		errs = append(errs, fmt.Errorf("--unsubscribe-secret (LEDGER_UNSUBSCRIBE_SECRET) is %d bytes: at least %d, or unset", n, unsubscribe.MinSecretLen))
 	}
 	if err := amqp.ValidateURLs(c.AMQPURL); err != nil {
 		errs = append(errs, fmt.Errorf("--amqp-url: %w", err))

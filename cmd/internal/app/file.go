@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/deliveryledger/ledger/adapters/mechanisms/breaker"
+	"github.com/deliveryledger/ledger/adapters/providers/email"
 	ptype "github.com/deliveryledger/ledger/adapters/providers/provider"
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/commands"
@@ -178,7 +179,7 @@ func LoadFile(path string, getenv func(string) (string, bool)) (*File, error) {
 // ParseFile is LoadFile on data already read. It checks every provider the file declares,
 // whether a channel uses it or not, with its type's own checks (ptype.Type.Check).
 func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*File, error) {
-	p := &fileParser{path: path, getenv: getenv, types: providerTypes(webhook.Process{})}
+	p := &fileParser{path: path, getenv: getenv, types: providerTypes(webhook.Process{}, email.Process{})}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {

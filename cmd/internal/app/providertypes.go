@@ -16,12 +16,12 @@ import (
 // through them the channels the ledger serves (each type names its channel and builds it). A
 // new provider type, or a new channel with its first type, is its adapter package and one line
 // here; the file's keys, checks and refusals, the channel's accept checks, queues, workers,
-// limits and metrics follow from it. hooks are the process's webhook settings (the zero value
-// when a file is only parsed: they are not the file's).
-func providerTypes(hooks webhook.Process) []ptype.Type {
+// limits and metrics follow from it. hooks and mail are the process's webhook and email settings
+// (the zero values when a file is only parsed: they are not the file's).
+func providerTypes(hooks webhook.Process, mail email.Process) []ptype.Type {
 	return []ptype.Type{
 		webhook.ProviderType(hooks),
-		email.ProviderType,
+		email.ProviderType(mail),
 		telegram.ProviderType,
 		twilio.ProviderType,
 		vonage.ProviderType,
