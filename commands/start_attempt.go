@@ -69,16 +69,31 @@ func NewStartAttemptHandler(store EventStore, clock Clock) *StartAttemptHandler 
 func (h *StartAttemptHandler) Handle(ctx context.Context, cmd StartAttempt) (StartDecision, *domain.Delivery, error) {
 	id, attempt := cmd.Message.DeliveryID, cmd.Message.Attempt
 	var answer StartDecision
-	d, err := decide(ctx, h.store, id, nil, fmt.Sprintf("start attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
+	// The stream and the probe of its recipient in one round trip, when the store can; the
+	// probe's answer holds for that read of the stream only (a retry after a conflict probes
+	// again).
+	known, preloaded, err := h.Suppression.preload(ctx, cmd.Message)
+	if err != nil {
+		return "", nil, fmt.Errorf("start attempt %d of %s: %w", attempt, id, err)
+	}
+	d, err := decide(ctx, h.store, id, known, fmt.Sprintf("start attempt %d of %s", attempt, id), func(d *domain.Delivery) (decision, error) {
+		probed := preloaded
+		if d != known {
+			probed = nil
+		}
+		known = nil
 		now := h.clock.Now()
 		verdict := d.CopyOf(attempt, cmd.Redelivered, cmd.ProviderDeduplicates)
 		if verdict == domain.CopyQueueAndStart || verdict == domain.CopyStart {
-			blocks, err := h.Suppression.blocks(ctx, d.Tenant(), d.Category(), []RecipientRef{{Channel: d.Channel(), Recipient: d.RecipientKey()}})
-			if err != nil {
-				return decision{}, err
+			if probed == nil {
+				blocks, err := h.Suppression.blocks(ctx, d.Tenant(), d.Category(), []RecipientRef{{Channel: d.Channel(), Recipient: d.RecipientKey()}})
+				if err != nil {
+					return decision{}, err
+				}
+				probed = &blocks[0]
 			}
-			if blocks[0].Blocks() {
-				events, err := d.Suppress(blocks[0], now)
+			if probed.Blocks() {
+				events, err := d.Suppress(*probed, now)
 				if err != nil {
 					return decision{}, err
 				}

@@ -190,11 +190,21 @@ func (c Categories) preferenceCategory(category string) string {
 	return category
 }
 
+// ProbingLoader loads a delivery's stream and probes its recipient's suppression in one round
+// trip (postgres.EventStore): the start of an attempt needs both.
+type ProbingLoader interface {
+	// LoadProbing is EventStore.Load and SuppressionStore.Blocks of one recipient at once.
+	LoadProbing(ctx context.Context, deliveryID, tenant, category string, ref RecipientRef) ([]domain.Event, domain.Block, error)
+}
+
 // SuppressionCheck is what the accept and the start of an attempt ask before a delivery may go
 // out: the store, the channels' normal forms and the categories.
 type SuppressionCheck struct {
 	Store      SuppressionStore
 	Categories Categories
+	// Loader, when set, lets the start of an attempt read the stream and probe its recipient
+	// in one round trip; without it the probe is a query of its own.
+	Loader ProbingLoader
 	// OnSuppressed, when set, is told of every delivery the check suppressed (metrics): its
 	// channel, and by suppression or preference.
 	OnSuppressed func(channel, by string)
@@ -213,6 +223,31 @@ func (c *SuppressionCheck) blocks(ctx context.Context, tenant, category string, 
 		return nil, fmt.Errorf("suppression check: %d answers for %d recipients", len(blocks), len(refs))
 	}
 	return blocks, nil
+}
+
+// preload reads the stream of the message's delivery with the probe of its recipient (Loader),
+// or returns nil when there is no Loader.
+func (c *SuppressionCheck) preload(ctx context.Context, msg WorkMessage) (*domain.Delivery, *domain.Block, error) {
+	if c == nil || c.Store == nil || c.Loader == nil {
+		return nil, nil, nil
+	}
+	key := msg.RecipientKey
+	if key == "" {
+		key = msg.Recipient
+	}
+	events, block, err := c.Loader.LoadProbing(ctx, msg.DeliveryID, msg.Tenant, c.Categories.preferenceCategory(msg.Category),
+		RecipientRef{Channel: msg.Channel, Recipient: key})
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := domain.Rehydrate(events)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.Tenant() != msg.Tenant || d.Channel() != msg.Channel || d.RecipientKey() != key || d.Category() != msg.Category {
+		return d, nil, nil // the message does not match its delivery: probe what the history says
+	}
+	return d, &block, nil
 }
 
 // counted tells OnSuppressed of a suppressed delivery.

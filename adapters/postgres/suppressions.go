@@ -103,6 +103,11 @@ func (s *SuppressionStore) Blocks(ctx context.Context, tenant, category string, 
 	if err != nil {
 		return nil, fmt.Errorf("probe suppressions: %w", err)
 	}
+	return scanBlocks(rows, tenant, category, refs)
+}
+
+// scanBlocks reads blocksProbe's rows into a block per ref, and closes them.
+func scanBlocks(rows pgx.Rows, tenant, category string, refs []commands.RecipientRef) ([]domain.Block, error) {
 	defer rows.Close()
 	out := make([]domain.Block, len(refs))
 	for rows.Next() {
@@ -113,6 +118,9 @@ func (s *SuppressionStore) Blocks(ctx context.Context, tenant, category string, 
 		var optedOut bool
 		if err := rows.Scan(&i, &id, &source, &reason, &evidence, &created, &optedOut); err != nil {
 			return nil, fmt.Errorf("probe suppressions: %w", err)
+		}
+		if i < 1 || i > len(refs) {
+			return nil, fmt.Errorf("probe suppressions: row for recipient %d of %d", i, len(refs))
 		}
 		b := &out[i-1]
 		if id != nil {
@@ -132,6 +140,49 @@ func (s *SuppressionStore) Blocks(ctx context.Context, tenant, category string, 
 	}
 	return out, nil
 }
+
+// LoadProbing implements commands.ProbingLoader: the delivery's stream and the probe of its
+// recipient, in one round trip (a pipelined batch of the two queries), so that the check an
+// attempt's start makes costs no round trip of its own.
+func (s *EventStore) LoadProbing(ctx context.Context, deliveryID, tenant, category string, ref commands.RecipientRef) ([]domain.Event, domain.Block, error) {
+	id, err := uuid.Parse(deliveryID)
+	if err != nil {
+		return nil, domain.Block{}, commands.ErrNotFound
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(eventsByDelivery, id.String())
+	batch.Queue(blocksProbe, tenant, []string{ref.Channel}, []string{ref.Recipient}, category)
+	results := s.pool.SendBatch(ctx, batch)
+	defer results.Close()
+	rows, err := results.Query()
+	if err != nil {
+		return nil, domain.Block{}, fmt.Errorf("load %s: %w", deliveryID, err)
+	}
+	events, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, domain.Block{}, fmt.Errorf("load %s: %w", deliveryID, err)
+	}
+	rows, err = results.Query()
+	if err != nil {
+		return nil, domain.Block{}, fmt.Errorf("probe suppressions: %w", err)
+	}
+	blocks, err := scanBlocks(rows, tenant, category, []commands.RecipientRef{ref})
+	if err != nil {
+		return nil, domain.Block{}, err
+	}
+	if err := results.Close(); err != nil {
+		return nil, domain.Block{}, fmt.Errorf("load %s: %w", deliveryID, err)
+	}
+	if len(events) == 0 {
+		return nil, domain.Block{}, commands.ErrNotFound
+	}
+	if err := s.attachPayloads(ctx, events); err != nil {
+		return nil, domain.Block{}, err
+	}
+	return events, blocks[0], nil
+}
+
+var _ commands.ProbingLoader = (*EventStore)(nil)
 
 const suppressionColumns = `id::text, tenant, channel, recipient, source, reason, evidence, created_at, removed_at, removed_by, removed_reason`
 

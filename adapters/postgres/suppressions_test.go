@@ -224,3 +224,32 @@ func TestPreferencesAreEventsAndProbeOnlyTheirCategory(t *testing.T) {
 		t.Fatalf("preferences: %+v %v", list, err)
 	}
 }
+
+// TestLoadProbingReadsTheStreamAndTheProbeAtOnce: the stream as Load gives it, with the block of
+// the recipient given (none, then its entry), and not found for an unknown id.
+func TestLoadProbingReadsTheStreamAndTheProbeAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	store := postgres.NewSuppressionStore(b.schema.Pool)
+	d, events := acceptedEvents(t)
+	if err := b.store.Append(ctx, events, nil); err != nil {
+		t.Fatal(err)
+	}
+	ref := commands.RecipientRef{Channel: "webhook", Recipient: d.Recipient()}
+	got, block, err := b.store.LoadProbing(ctx, d.ID(), "acme", "", ref)
+	if err != nil || len(got) != 1 || got[0].Type != domain.EventAccepted || block.Blocks() {
+		t.Fatalf("before the suppression: %d events, %+v, %v", len(got), block, err)
+	}
+	entry, _, err := store.AddSuppression(ctx, domain.Suppression{Tenant: "acme", Channel: "webhook", Recipient: d.Recipient(),
+		Source: domain.SuppressionManual, CreatedAt: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, block, err = b.store.LoadProbing(ctx, d.ID(), "acme", "", ref); err != nil || block.Suppression == nil || block.Suppression.ID != entry.ID {
+		t.Fatalf("after the suppression: %+v, %v; want entry %s", block, err, entry.ID)
+	}
+	if _, _, err := b.store.LoadProbing(ctx, uuid.NewString(), "acme", "", ref); !errors.Is(err, commands.ErrNotFound) {
+		t.Fatalf("unknown id: %v, want not found", err)
+	}
+}

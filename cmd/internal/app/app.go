@@ -176,7 +176,7 @@ func (a *App) build(ctx context.Context) error {
 	a.store = postgres.NewEventStore(a.pool)
 	a.views = postgres.NewViews(a.pool)
 	a.suppression = &commands.SuppressionCheck{Store: postgres.NewSuppressionStore(a.pool), Categories: a.categories,
-		OnSuppressed: a.metrics.Suppressed}
+		Loader: a.store, OnSuppressed: a.metrics.Suppressed}
 	clock := commands.SystemClock{}
 	policies := a.policies
 
