@@ -405,7 +405,7 @@ func (o *operatorCommands) deliveriesCommand() *ffcli.Command {
 	var lf listSettings
 	listFS := flag.NewFlagSet("ledger deliveries list", flag.ContinueOnError)
 	ls.flags(listFS)
-	lf.flags(listFS, "accepted, scheduled, queued, processing, retrying, delivered, dead, unknown, cancelled")
+	lf.flags(listFS, "accepted, scheduled, queued, processing, retrying, delivered, dead, unknown, cancelled, suppressed")
 	list := o.command(&ffcli.Command{
 		Name:       "list",
 		ShortUsage: "ledger deliveries list [--state S] [--channel C] [--recipient R] [--since T] [--until T] [--limit N] [--cursor X] [--all [--max N]] [--json]",

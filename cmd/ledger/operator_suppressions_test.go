@@ -211,3 +211,27 @@ func TestSuppressionsCommandsExplainTheirFlags(t *testing.T) {
 		t.Errorf("add with one operand: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestHistoryExplainsASuppressedDelivery: `deliveries show` says what suppressed a delivery, the
+// list's entry with its evidence or the category opted out of.
+func TestHistoryExplainsASuppressedDelivery(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		data string
+		want []string
+	}{
+		{`{"by":"suppression","suppression_id":"e1","source":"provider","reason":"gone","from":"accepted",` +
+			`"evidence":{"delivery_id":"d0","event_version":4,"provider":"smtp","provider_code":"550 5.1.1"}}`,
+			[]string{"on the suppression list: entry e1 (provider)", "reason: gone", "evidence: smtp 550 5.1.1, delivery d0 event 4"}},
+		{`{"by":"suppression","suppression_id":"e2","source":"manual","from":"queued","attempt":2,"evidence":{"actor":"bob"}}`,
+			[]string{"entry e2 (manual)", "added by bob"}},
+		{`{"by":"preference","category":"marketing","from":"accepted"}`, []string{"the recipient opted out of category marketing"}},
+	} {
+		f := eventFacts("d1", eventDoc{Version: 2, Type: "delivery.suppressed", State: "suppressed", Data: []byte(c.data)})
+		for _, w := range c.want {
+			if !strings.Contains(f.detail, w) {
+				t.Errorf("%s: detail %q, want %q in it", c.data, f.detail, w)
+			}
+		}
+	}
+}
