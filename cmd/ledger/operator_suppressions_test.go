@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/csv"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,6 +148,24 @@ func TestOperatorSuppressionsRoundTrip(t *testing.T) {
 	if globex[d]["reason"] != "asked" || globex[e]["reason"] != "imported list" || len(globex) != 4 {
 		t.Fatalf("globex after the file with a bad row: %v", globex)
 	}
+	// The API takes manual and import as a source, never provider: that is the ledger's own.
+	req, err := http.NewRequest(http.MethodPost, b.base+"/v1/suppressions", strings.NewReader(
+		`{"channel":"webhook","recipient":"`+b.receiver.URL+`/f","source":"provider"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+globexKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problem, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(problem), `"field":"source"`) {
+		t.Fatalf("a source of provider: %d %s", resp.StatusCode, problem)
+	}
+
 	// Standard input, and a file without the required columns.
 	if code, _, errOut := b.cli(t, globexKey, "suppressions", "import", "-"); code != 1 || !strings.Contains(errOut, "empty") {
 		t.Fatalf("import of an empty standard input: exit %d\n%s", code, errOut)
