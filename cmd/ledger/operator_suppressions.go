@@ -458,6 +458,7 @@ type refusedRow struct {
 	err  *apiError
 }
 
+// write prints the summary line and then each refused row, by line.
 func (s *importSummary) write(w io.Writer) {
 	fmt.Fprintf(w, "added %d, already suppressed %d, refused %d", s.added, s.already, len(s.refused))
 	if s.skipped > 0 {
