@@ -198,7 +198,7 @@ func TestConsoleScriptCallsOnlyTheAPI(t *testing.T) {
 	if !strings.Contains(script, "!path.startsWith('/v1/')") {
 		t.Error("api() no longer refuses a path outside /v1/")
 	}
-	for _, call := range regexp.MustCompile(`api\('(?:GET|POST)', ([^,)]+)`).FindAllStringSubmatch(script, -1) {
+	for _, call := range regexp.MustCompile(`api\('(?:GET|POST|PUT|DELETE)', ([^,)]+)`).FindAllStringSubmatch(script, -1) {
 		if !strings.HasPrefix(call[1], "'/v1/") && !strings.HasPrefix(call[1], "base") {
 			t.Errorf("api() called with %s, want a literal /v1/ path", call[1])
 		}

@@ -20,6 +20,9 @@ type suppressionRequest struct {
 	Recipient string `json:"recipient"`
 	Reason    string `json:"reason"`
 	Actor     string `json:"actor"`
+	// Source is manual (the default) or import: `ledger suppressions import` says so, so that an
+	// imported entry is told apart from one an operator added by hand.
+	Source string `json:"source"`
 }
 
 // errNoSuppression is the 404 of a suppression id the tenant does not have.
@@ -45,11 +48,19 @@ func (s *server) addSuppression(w http.ResponseWriter, r *http.Request, tenant s
 	if req.Actor == "" {
 		req.Actor = tenantActor(tenant)
 	}
+	switch req.Source {
+	case "":
+		req.Source = domain.SuppressionManual
+	case domain.SuppressionManual, domain.SuppressionImport:
+	default:
+		// provider is the ledger's own: only a provider's answer to a delivery is its evidence.
+		return invalid("source", "must be %s or %s, got %q", domain.SuppressionManual, domain.SuppressionImport, req.Source)
+	}
 	if err := s.checkAddress(req.Channel, req.Recipient); err != nil {
 		return err
 	}
 	entry, created, err := s.deps.Suppressions.Add(r.Context(), tenant, req.Channel, req.Recipient, req.Reason, req.Actor,
-		domain.SuppressionManual)
+		req.Source)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,8 @@ func newOperatorCommands(stdout, stderr io.Writer) *operatorCommands {
 
 // commands are the top-level commands to register.
 func (o *operatorCommands) commands() []*ffcli.Command {
-	return []*ffcli.Command{o.deliveriesCommand(), o.notificationsCommand(), o.dlqCommand(), o.replayCommand(), o.replaysCommand(), o.reconcileCommand()}
+	return []*ffcli.Command{o.deliveriesCommand(), o.notificationsCommand(), o.dlqCommand(), o.replayCommand(), o.replaysCommand(),
+		o.reconcileCommand(), o.suppressionsCommand(), o.preferencesCommand()}
 }
 
 // usageError is a command line a command cannot run (a missing operand or flag, a value that does
@@ -140,10 +141,16 @@ type apiSettings struct {
 }
 
 func (s *apiSettings) flags(fs *flag.FlagSet) {
+	s.connectionFlags(fs)
+	fs.BoolVar(&s.json, "json", false, "print the API's JSON answer as it is (one document) instead of text")
+}
+
+// connectionFlags are the flags of a command that prints no API answer (a CSV import or
+// export): every flag but --json.
+func (s *apiSettings) connectionFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.url, "api-url", defaultAPIURL, "base URL of the ledger's HTTP API (env LEDGER_API_URL)")
 	fs.StringVar(&s.key, "api-key", "", "API key of the tenant to act as, required (env LEDGER_API_KEY, better than the flag: a flag shows in the process list)")
 	fs.DurationVar(&s.timeout, "timeout", defaultAPITimeout, "longest wait for one API request")
-	fs.BoolVar(&s.json, "json", false, "print the API's JSON answer as it is (one document) instead of text")
 }
 
 // client checks the settings and returns the API client they describe.
@@ -398,7 +405,7 @@ func (o *operatorCommands) deliveriesCommand() *ffcli.Command {
 	var lf listSettings
 	listFS := flag.NewFlagSet("ledger deliveries list", flag.ContinueOnError)
 	ls.flags(listFS)
-	lf.flags(listFS, "accepted, scheduled, queued, processing, retrying, delivered, dead, unknown, cancelled")
+	lf.flags(listFS, "accepted, scheduled, queued, processing, retrying, delivered, dead, unknown, cancelled, suppressed")
 	list := o.command(&ffcli.Command{
 		Name:       "list",
 		ShortUsage: "ledger deliveries list [--state S] [--channel C] [--recipient R] [--since T] [--until T] [--limit N] [--cursor X] [--all [--max N]] [--json]",

@@ -58,8 +58,9 @@ func (e *apiError) Error() string {
 	return b.String()
 }
 
-// answer is a 2xx answer: its body as the API sent it (for --json) and its headers.
+// answer is a 2xx answer: its status, its body as the API sent it (for --json) and its headers.
 type answer struct {
+	Status int
 	Body   []byte
 	Header http.Header
 }
@@ -80,6 +81,16 @@ func (c *apiClient) get(ctx context.Context, path string, query url.Values) (ans
 // post is a POST of body as JSON, with the headers given (an Idempotency-Key).
 func (c *apiClient) post(ctx context.Context, path string, header http.Header, body any) (answer, error) {
 	return c.do(ctx, http.MethodPost, path, nil, header, body)
+}
+
+// put is a PUT of body as JSON.
+func (c *apiClient) put(ctx context.Context, path string, body any) (answer, error) {
+	return c.do(ctx, http.MethodPut, path, nil, nil, body)
+}
+
+// delete is a DELETE of path with body as JSON (nil: none).
+func (c *apiClient) delete(ctx context.Context, path string, body any) (answer, error) {
+	return c.do(ctx, http.MethodDelete, path, nil, nil, body)
 }
 
 func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, header http.Header, body any) (answer, error) {
@@ -126,7 +137,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return answer{}, refusal(method, path, resp, raw)
 	}
-	return answer{Body: raw, Header: resp.Header}, nil
+	return answer{Status: resp.StatusCode, Body: raw, Header: resp.Header}, nil
 }
 
 // refusal reads a non-2xx answer. A problem+json body gives the title, field and detail; any

@@ -372,6 +372,21 @@ func eventFacts(id string, e eventDoc) facts {
 	case *domain.FailOver:
 		f.attempt, f.provider = d.Attempt, d.To
 		add("from %s to %s: %s", d.From, d.To, d.Error)
+	case *domain.Suppressed:
+		f.attempt = d.Attempt
+		if d.By == domain.SuppressedByPreference {
+			add("the recipient opted out of category %s", d.Category)
+			break
+		}
+		add("on the suppression list: entry %s (%s)", d.SuppressionID, d.Source)
+		if d.Reason != "" {
+			add("reason: %s", d.Reason)
+		}
+		if ev := d.Evidence; ev != nil && ev.DeliveryID != "" {
+			add("evidence: %s %s, delivery %s event %d", ev.Provider, ev.ProviderCode, ev.DeliveryID, ev.EventVersion)
+		} else if ev != nil && ev.Actor != "" {
+			add("added by %s", ev.Actor)
+		}
 	default:
 		add("%s", e.Data)
 	}

@@ -75,8 +75,9 @@ func newReceiver(t *testing.T) *receiver {
 }
 
 // setupLedger starts a whole ledger on loopback over its own schema and broker prefix, with fast
-// retries (2 attempts) and a 300 ms webhook timeout, until the test ends.
-func setupLedger(t *testing.T) *opBundle {
+// retries (2 attempts) and a 300 ms webhook timeout, until the test ends; each option changes
+// the configuration before it is checked.
+func setupLedger(t *testing.T, options ...func(*app.Config)) *opBundle {
 	t.Helper()
 	schema := pgtest.New(t)
 	cfg := app.DefaultConfig()
@@ -94,6 +95,9 @@ func setupLedger(t *testing.T) *opBundle {
 	cfg.MaxAttempts = 2
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.LogLevel = "warn"
+	for _, o := range options {
+		o(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -1065,6 +1065,24 @@ func (e SuppressionSource) Valid() bool {
 	}
 }
 
+// Defines values for SuppressionRequestSource.
+const (
+	SuppressionRequestSourceImport SuppressionRequestSource = "import"
+	SuppressionRequestSourceManual SuppressionRequestSource = "manual"
+)
+
+// Valid indicates whether the value is a known member of the SuppressionRequestSource enum.
+func (e SuppressionRequestSource) Valid() bool {
+	switch e {
+	case SuppressionRequestSourceImport:
+		return true
+	case SuppressionRequestSourceManual:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ViewName.
 const (
 	Counters ViewName = "counters"
@@ -5081,7 +5099,15 @@ type SuppressionRequest struct {
 	Channel   Channel `json:"channel"`
 	Reason    *string `json:"reason,omitempty"`
 	Recipient string  `json:"recipient"`
+
+	// Source How the entry came: `import` for `ledger suppressions import`, `manual` otherwise.
+	// `provider` is the ledger's own (a provider's answer to a delivery) and is refused here.
+	Source *SuppressionRequestSource `json:"source,omitempty"`
 }
+
+// SuppressionRequestSource How the entry came: `import` for `ledger suppressions import`, `manual` otherwise.
+// `provider` is the ledger's own (a provider's answer to a delivery) and is refused here.
+type SuppressionRequestSource string
 
 // Timestamp An RFC 3339 time.
 type Timestamp = time.Time

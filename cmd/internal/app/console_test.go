@@ -822,6 +822,123 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	// The suppressions page lists the entries with their evidence linked to its delivery, adds one
+	// and searches for it, and removes it with a reason; a suppressed delivery's page says what
+	// stopped it: the entry, its evidence and the provider's code, or the category opted out of.
+	// A ledger of its own, whose file declares a category.
+	t.Run("SuppressionsAndASuppressedDelivery", func(t *testing.T) {
+		t.Parallel()
+		config := filepath.Join(t.TempDir(), "ledger.yaml")
+		if err := os.WriteFile(config, []byte("channels:\n  webhook: {providers: [hook]}\nproviders:\n  hook: {type: webhook, timeout: 300ms}\n"+
+			"categories:\n  marketing: {}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		own := setupE2E(t, "", func(c *Config) { c.ConfigFile = config })
+		orc := newConsoleReceiver(own.sink)
+
+		// The evidence: a delivery the recipient answered 410 Gone, and the entry it stands for,
+		// added as the dead letter's transaction adds it (or found there already).
+		gone := own.sink.URL + "/supp/gone"
+		orc.answer("/supp/gone", http.StatusGone)
+		evidenceID := own.accept(t, "console-supp-evidence", gone, domain.PriorityNormal)
+		own.waitState(t, evidenceID, domain.StateDead, 20*time.Second)
+		h := own.history(t, evidenceID)
+		entry, _, err := own.app.suppression.Store.AddSuppression(context.Background(), domain.Suppression{
+			Tenant: "acme", Channel: "webhook", Recipient: own.app.channels.Normalize("webhook", gone), Source: domain.SuppressionByProvider,
+			Reason: "410 Gone", CreatedAt: time.Now(),
+			Evidence: domain.SuppressionEvidence{DeliveryID: evidenceID, EventVersion: h[len(h)-1].Version, Provider: "webhook", ProviderCode: "410"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocked := own.accept(t, "console-supp-blocked", gone, domain.PriorityNormal)
+		optedOut := own.sink.URL + "/supp/opted-out"
+		if resp, raw := own.do(t, "PUT", "/v1/preferences", "", map[string]any{"channel": "webhook", "recipient": optedOut,
+			"category": "marketing", "opted_out": true}); resp.StatusCode != http.StatusOK {
+			t.Fatalf("opt out: %d %s", resp.StatusCode, raw)
+		}
+		resp, raw := own.do(t, "POST", "/v1/deliveries", "console-supp-pref", map[string]any{"channel": "webhook", "recipient": optedOut,
+			"category": "marketing", "payload": map[string]any{"k": "news"}})
+		var byPref struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		}
+		if err := json.Unmarshal(raw, &byPref); err != nil || resp.StatusCode != http.StatusAccepted || byPref.State != "suppressed" {
+			t.Fatalf("accept to an opted-out recipient: %d %s", resp.StatusCode, raw)
+		}
+
+		tab := newConsoleTab(t, browser, consoleURL(t, own), shots)
+		tab.signIn("acme-key", "")
+		tab.open("#/suppressions", "Suppressions")
+		row := fmt.Sprintf(`#suppressions-table tr[data-id=%q]`, entry.ID)
+		tab.waitFor("the provider's entry with its evidence", fmt.Sprintf(`document.querySelector('%s')?.dataset.source === %q &&
+			document.querySelector('%s a[href="#/deliveries/%s"]') && document.querySelector('%s').textContent.includes(%q)`,
+			row, entry.Source, row, entry.Evidence.DeliveryID, row, entry.Evidence.ProviderCode))
+		tab.screenshot("console-suppressions", consoleDesktop)
+		tab.checkTabOrder("the suppressions", "supp-filters-channel", "supp-filters-recipient", "supp-search", "add-channel", "add-recipient", "add-reason", "add-submit")
+
+		// Added by hand, then found by a search on its channel and recipient.
+		manual := own.sink.URL + "/supp/manual"
+		tab.typeInto("#add-channel", "webhook")
+		tab.typeInto("#add-recipient", manual)
+		tab.typeInto("#add-reason", "asked by phone")
+		tab.click("#add-submit")
+		tab.waitFor("the entry added", `document.querySelector("#add-done")?.textContent.startsWith("Added: ")`)
+		manualID := consoleEval[string](tab, `document.querySelector("#add-done a").textContent`)
+		tab.waitFor("the new entry in the list", fmt.Sprintf(`document.querySelector('#suppressions-table tr[data-id=%q]')?.dataset.source === "manual"`, manualID))
+		tab.click("#add-submit") // the recipient is kept out of the field: nothing to add
+		tab.waitFor("the refusal of an empty recipient", `document.querySelector("#add-result .problem")`)
+		tab.typeInto("#supp-filters-channel", "webhook")
+		tab.typeInto("#supp-filters-recipient", manual)
+		tab.click("#supp-search")
+		tab.waitFor("the search in the address", `location.hash.startsWith("#/suppressions?") && location.hash.includes("recipient=")`)
+		tab.waitFor("only that entry", fmt.Sprintf(`document.querySelectorAll("#suppressions-table tbody tr[data-id]").length === 1 &&
+			document.querySelector('#suppressions-table tr[data-id=%q]')?.textContent.includes("asked by phone")`, manualID))
+
+		// Removed on its page, with a reason.
+		tab.click(fmt.Sprintf(`#suppressions-table tr[data-id=%q] a`, manualID))
+		tab.waitHeading("Suppression")
+		tab.waitFor("the entry in force", `document.querySelector("#entry-state")?.dataset.state === "active" && document.querySelector("#remove-form")`)
+		tab.click("#remove-submit")
+		tab.waitFor("the refusal without a reason", `document.querySelector("#remove-form .problem")`)
+		tab.typeInto("#remove-reason", "sent by mistake")
+		tab.click("#remove-submit")
+		tab.waitFor("the entry removed", `document.querySelector("#entry-state")?.dataset.state === "removed" && !document.querySelector("#remove-form") &&
+			document.querySelector("#entry-removed-reason")?.textContent === "sent by mistake"`)
+		tab.screenshot("console-suppression-removed", consoleDesktop)
+		var removed domain.Suppression
+		if resp, raw := own.do(t, "GET", "/v1/suppressions/"+manualID, "", nil); resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &removed) != nil ||
+			removed.RemovedAt == nil || removed.RemovedReason != "sent by mistake" || removed.RemovedBy != "tenant:acme" {
+			t.Fatalf("the entry after the removal: %d %s", resp.StatusCode, raw)
+		}
+
+		// A delivery suppressed by the list: the entry, its evidence, the provider's code; the page
+		// does not poll a terminal state.
+		tab.open("#/deliveries/"+blocked, "Delivery")
+		tab.waitFor("the suppressed state explained", fmt.Sprintf(`document.querySelector("#delivery-state")?.dataset.state === "suppressed" &&
+			document.querySelector("#suppression")?.dataset.by === "suppression" &&
+			document.querySelector("#suppressed-entry")?.getAttribute("href") === "#/suppressions/%s" &&
+			document.querySelector("#suppressed-evidence")?.getAttribute("href") === "#/deliveries/%s" &&
+			document.querySelector("#suppressed-code")?.textContent === %q &&
+			document.querySelector("#suppression-why").textContent.includes("at its accept")`, entry.ID, entry.Evidence.DeliveryID, entry.Evidence.ProviderCode))
+		if live := consoleEval[string](tab, `document.querySelector("#live").textContent`); live != "" {
+			t.Errorf("a suppressed delivery's page says %q: it should not follow a terminal state", live)
+		}
+		tab.screenshot("console-delivery-suppressed", consoleDesktop)
+		tab.click("#suppressed-entry")
+		tab.waitHeading("Suppression")
+		tab.waitFor("the entry's evidence", fmt.Sprintf(`document.querySelector("#entry-source")?.textContent === %q &&
+			document.querySelector("#entry-evidence")?.getAttribute("href") === "#/deliveries/%s"`, entry.Source, entry.Evidence.DeliveryID))
+
+		// A delivery suppressed by a preference: the category.
+		tab.open("#/deliveries/"+byPref.ID, "Delivery")
+		tab.waitFor("the opt-out explained", `document.querySelector("#suppression")?.dataset.by === "preference" &&
+			document.querySelector("#suppressed-category")?.textContent === "marketing"`)
+		if n := own.sink.count(blocked) + own.sink.count(byPref.ID); n != 0 {
+			t.Fatalf("the sink had %d calls for suppressed deliveries", n)
+		}
+	})
+
 	// A running job cancelled from its page stops at its next page: the page shows it cancelled,
 	// the action goes away, and the deliveries it had not reached stay dead.
 	t.Run("CancelAReplayJob", func(t *testing.T) {

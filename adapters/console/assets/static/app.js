@@ -6,6 +6,8 @@
 //   #/deliveries/<id>     status, history, payload, and the decisions the state allows
 //   #/dlq?...             GET /v1/dlq with its filters, and bulk replay through a replay job
 //   #/replays/<id>        a replay job's progress
+//   #/suppressions?...    the suppression list searched by channel and recipient, and an add form
+//   #/suppressions/<id>   one entry with its evidence, and its removal with a reason
 //
 // Rules the whole file keeps:
 // - Every request goes to this origin, to a path under /v1/ (api() refuses anything else), with
@@ -18,10 +20,10 @@
 
 (() => {
   const KEY_STORAGE = 'ledger.console.apiKey';
-  const STATES = ['accepted', 'scheduled', 'queued', 'processing', 'retrying', 'delivered', 'dead', 'unknown', 'cancelled'];
+  const STATES = ['accepted', 'scheduled', 'queued', 'processing', 'retrying', 'delivered', 'dead', 'unknown', 'cancelled', 'suppressed'];
   // A delivery page polls while the delivery is in none of these. unknown waits for an operator
   // (or a receipt), which the page's own action or a reload shows.
-  const SETTLED = new Set(['delivered', 'dead', 'unknown', 'cancelled']);
+  const SETTLED = new Set(['delivered', 'dead', 'unknown', 'cancelled', 'suppressed']);
   const FAILURE_CLASSES = ['permanent', 'transient', 'unknown', 'panic'];
   const POLL_MS = 1000;
   const OVERVIEW_REFRESH_MS = 30000;
@@ -194,6 +196,7 @@
 
   // api calls the ledger's API on this origin. path must start with /v1/; the key is the
   // session's unless opts.key gives another (the login check). A 401 signs the console out.
+  // It answers the body, or with opts.withStatus { status, data } (201 created, 200 there already).
   async function api(method, path, opts) {
     const o = opts || {};
     if (typeof path !== 'string' || !path.startsWith('/v1/')) {
@@ -218,7 +221,7 @@
       if (res.status === 401 && !o.key) signOut('The API refused the key (' + (err.detail || 'unauthorized') + '). Sign in again.');
       throw err;
     }
-    return data;
+    return o.withStatus ? { status: res.status, data } : data;
   }
 
   function query(params) {
@@ -313,6 +316,8 @@
     [/^#\/deliveries\/([^/]+)$/, 'deliveries', (m) => deliveryPage(segment(m[1]))],
     [/^#\/dlq$/, 'dlq', (m, params) => dlqPage(params)],
     [/^#\/replays\/([^/]+)$/, 'dlq', (m) => replayPage(segment(m[1]))],
+    [/^#\/suppressions$/, 'suppressions', (m, params) => suppressionsPage(params)],
+    [/^#\/suppressions\/([^/]+)$/, 'suppressions', (m) => suppressionPage(segment(m[1]))],
   ];
 
   let signOutMessage = '';
@@ -700,6 +705,7 @@
     const statusBox = el('section', { class: 'panel', id: 'status', 'aria-labelledby': 'status-h' },
       el('h2', { id: 'status-h', text: 'Status' }), el('p', { class: 'muted', text: 'Loading…' }));
     const actionsBox = el('div', { id: 'actions' });
+    const suppressedBox = el('div', { id: 'suppressed' });
     const actionResult = el('div', { id: 'action-result', 'aria-live': 'polite' });
     const payloadBox = el('section', { class: 'panel', id: 'payload', 'aria-labelledby': 'payload-h' },
       el('h2', { id: 'payload-h', text: 'Payload' }));
@@ -709,7 +715,7 @@
     const problems = el('div', { id: 'delivery-problems' });
     show('Delivery',
       el('p', {}, el('a', { href: '#/deliveries', text: '← Deliveries' }), ' · ', el('code', { id: 'delivery-id', text: id })),
-      live, problems, statusBox, actionResult, actionsBox, el('div', { class: 'two-col' }, historyBox, payloadBox));
+      live, problems, statusBox, suppressedBox, actionResult, actionsBox, el('div', { class: 'two-col' }, historyBox, payloadBox));
 
     let shownState = null;
     let shownVersion = -1;
@@ -737,6 +743,7 @@
       problems.replaceChildren();
       if (d.version !== shownVersion) {
         renderStatus(statusBox, d);
+        renderSuppressed(suppressedBox, d, events.events);
         renderTimeline(historyList, events.events);
         renderPayload(payloadBox, events.events);
         shownVersion = d.version;
@@ -801,7 +808,7 @@
     ['provider_code', 'Provider code'], ['source', 'Source'], ['possible_duplicate', 'Possible duplicate'],
     ['status', 'Receipt status'], ['provider_status', 'Provider status'], ['code', 'Code'], ['detail', 'Detail'],
     ['from', 'From'], ['to', 'To'], ['check_at', 'Check at'], ['give_up_at', 'Give up at'], ['next_check_at', 'Next check'],
-    ['at', 'At'], ['failed_over', 'Failed over'],
+    ['at', 'At'], ['failed_over', 'Failed over'], ['by', 'By'], ['suppression_id', 'Suppression'], ['category', 'Category'],
     ['channel', 'Channel'], ['recipient', 'Recipient'], ['priority', 'Priority'], ['max_attempts', 'Max attempts'],
     ['notification_id', 'Notification'], ['idempotency_key', 'Idempotency-Key'],
   ];
@@ -1178,6 +1185,231 @@
         : job.state === 'cancelled' ? 'The job was cancelled; the deliveries it had not reached stay dead.' : 'The job is done.';
       return running;
     });
+  }
+
+  // renderSuppressed explains a suppressed delivery from its delivery.suppressed event: the list
+  // entry that stops it (with its evidence: the delivery whose provider answer added it, and the
+  // provider's code) or the category its recipient opted out of.
+  function renderSuppressed(box, d, events) {
+    const e = d.state === 'suppressed' ? events.find((x) => x.type === 'delivery.suppressed') : null;
+    if (!e) { box.replaceChildren(); return; }
+    const s = e.data || {};
+    const when = !s.from || s.from === 'accepted' ? 'at its accept, so it was never queued'
+      : 'when attempt ' + s.attempt + ' was about to start (it was ' + s.from + ')';
+    let why;
+    let pairs;
+    if (s.by === 'preference') {
+      why = 'The recipient opted out of the category ' + s.category + ': the delivery was suppressed ' + when + ' and never sent.';
+      pairs = [['Category', el('code', { id: 'suppressed-category', text: s.category })]];
+    } else {
+      const ev = s.evidence || {};
+      why = 'The recipient is on the suppression list: the delivery was suppressed ' + when + ' and never sent.';
+      const entry = suppressionLink(s.suppression_id);
+      entry.id = 'suppressed-entry';
+      let evidence = '';
+      if (ev.delivery_id) {
+        const link = deliveryLink(ev.delivery_id);
+        link.id = 'suppressed-evidence';
+        evidence = el('span', {}, link, ev.event_version ? ', event v' + ev.event_version : '');
+      }
+      pairs = [['Entry', entry], ['Source', s.source], ['Reason', s.reason], ['Evidence', evidence], ['Provider', ev.provider],
+        ['Provider code', ev.provider_code ? el('code', { id: 'suppressed-code', text: ev.provider_code }) : ''], ['Added by', ev.actor]];
+    }
+    box.replaceChildren(el('section', { class: 'panel', id: 'suppression', 'data-by': s.by || '', 'aria-labelledby': 'suppression-h' },
+      el('h2', { id: 'suppression-h', text: 'Why it was suppressed' }), el('p', { id: 'suppression-why', text: why }), facts(pairs)));
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Suppression list.
+
+  const SUPPRESSION_FILTERS = ['channel', 'recipient', 'include_removed', 'limit'];
+
+  function suppressionLink(id, text) {
+    return el('a', { href: '#/suppressions/' + encodeURIComponent(id), class: 'mono', text: text || id });
+  }
+
+  // entryBadge is an entry's state: in force, or removed (it suppresses nothing then).
+  function entryBadge(s) {
+    return s.removed_at ? el('span', { class: 'badge state-removed', text: 'removed' }) : el('span', { class: 'badge state-active', text: 'in force' });
+  }
+
+  // suppressionEvidence is why an entry is on the list: the provider's answer with a link to the
+  // delivery whose event it is, or who added it.
+  function suppressionEvidence(evidence) {
+    const e = evidence || {};
+    if (e.delivery_id) {
+      const answer = [e.provider, e.provider_code ? 'code ' + e.provider_code : ''].filter(Boolean).join(' ');
+      return el('span', { class: 'evidence' }, answer ? answer + ' · ' : '', deliveryLink(e.delivery_id),
+        e.event_version ? ' v' + e.event_version : '');
+    }
+    return e.actor ? 'by ' + e.actor : '';
+  }
+
+  function suppressionsPage(params) {
+    const page = newPage();
+    const values = Object.fromEntries(SUPPRESSION_FILTERS.map((k) => [k, params.get(k) || '']));
+    const channel = el('input', { name: 'channel', value: values.channel, autocomplete: 'off', placeholder: 'email' });
+    const recipient = el('input', { name: 'recipient', value: values.recipient, autocomplete: 'off' });
+    const removed = el('input', { type: 'checkbox', id: 'supp-filters-removed', name: 'include_removed', checked: values.include_removed === 'true' });
+    const limit = select('limit', [['', '100'], ['500', '500'], ['1000', '1000']], values.limit);
+    const search = el('form', { id: 'supp-filters', class: 'panel', 'aria-label': 'Search the suppression list' },
+      el('h2', { text: 'Search' }),
+      el('div', { class: 'form-grid' },
+        field('supp-filters-channel', 'Channel', channel),
+        field('supp-filters-recipient', 'Recipient', recipient, 'With a channel; matched in the channel\'s normal form'),
+        field('supp-filters-limit', 'Per page', limit)),
+      el('div', { class: 'choice' }, removed, el('label', { for: 'supp-filters-removed', text: 'Also list removed entries' })),
+      el('div', { class: 'actions-row' },
+        el('button', { type: 'submit', class: 'button', id: 'supp-search', text: 'Search' }),
+        el('a', { class: 'button button-secondary', href: '#/suppressions', text: 'Clear' })));
+    search.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      go('#/suppressions', { channel: channel.value.trim(), recipient: recipient.value.trim(),
+        include_removed: removed.checked ? 'true' : '', limit: limit.value });
+    });
+    const results = el('section', { id: 'supp-results', 'aria-live': 'polite', 'aria-busy': 'true' }, el('p', { class: 'muted', text: 'Loading…' }));
+    const load = async () => {
+      results.setAttribute('aria-busy', 'true');
+      try {
+        const q = {};
+        for (const k of [...SUPPRESSION_FILTERS, 'cursor']) if (params.get(k)) q[k] = params.get(k);
+        const list = await api('GET', '/v1/suppressions' + query(q), { signal: page.signal });
+        if (page.gone) return;
+        const rows = list.items.map((s) => el('tr', { 'data-id': s.id, 'data-source': s.source, 'data-removed': s.removed_at ? 'true' : 'false' },
+          el('td', {}, suppressionLink(s.id), el('div', {}, entryBadge(s))),
+          el('td', { text: s.channel }),
+          el('td', { class: 'wrap', text: s.recipient }),
+          el('td', { text: s.source }),
+          el('td', { class: 'wrap', text: s.reason || '' }),
+          el('td', { class: 'wrap' }, suppressionEvidence(s.evidence)),
+          el('td', {}, timeEl(s.created_at))));
+        if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'muted', id: 'no-rows', text: 'No entry matches.' })));
+        results.replaceChildren(
+          tableOf('Suppression list, newest first', ['Entry', 'Channel', 'Recipient', 'Source', 'Reason', 'Evidence', 'Added'], rows, { id: 'suppressions-table' }),
+          pager('#/suppressions', params, list.next_cursor, list.items.length));
+      } catch (err) {
+        if (!page.gone) results.replaceChildren(problemBox(err));
+      }
+      results.setAttribute('aria-busy', 'false');
+    };
+    show('Suppressions',
+      el('p', { class: 'muted', text: 'A delivery to a recipient on this list is suppressed and never sent. Providers\' hard answers ' +
+        '(no such mailbox, STOP, a blocked bot, 410 Gone) add entries with their evidence; you can add and remove them here.' }),
+      search, results, addSuppressionForm(page, load));
+    load();
+  }
+
+  function addSuppressionForm(page, added) {
+    const channel = el('input', { name: 'channel', autocomplete: 'off', placeholder: 'email' });
+    const recipient = el('input', { name: 'recipient', autocomplete: 'off' });
+    const reason = el('textarea', { name: 'reason', maxlength: '500' });
+    const actor = actorField('add-actor');
+    const button = el('button', { type: 'submit', class: 'button', id: 'add-submit', text: 'Add to the list' });
+    const out = el('div', { id: 'add-result', 'aria-live': 'polite' });
+    const form = el('form', { class: 'panel', id: 'add-form', 'aria-labelledby': 'add-h', novalidate: true },
+      el('h2', { id: 'add-h', text: 'Add a recipient' }),
+      el('p', { text: 'From then on a delivery to the recipient is suppressed: at its accept, or at the start of its next attempt for one accepted before.' }),
+      el('div', { class: 'form-grid' }, field('add-channel', 'Channel', channel), field('add-recipient', 'Recipient', recipient)),
+      field('add-reason', 'Reason', reason, 'Optional; recorded on the entry (at most 500 characters).'),
+      actor.field,
+      el('div', { class: 'actions-row' }, button), out);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      out.replaceChildren();
+      if (!channel.value.trim() || !recipient.value.trim()) {
+        out.append(problemBox(new Error('Give the channel and the recipient.')));
+        (channel.value.trim() ? recipient : channel).focus();
+        return;
+      }
+      const body = { channel: channel.value.trim(), recipient: recipient.value.trim() };
+      if (oneLine(reason.value)) body.reason = oneLine(reason.value);
+      button.disabled = true;
+      try {
+        // A recipient already on the list answers 200 with its entry: a double submit adds one.
+        const { status, data } = await api('POST', '/v1/suppressions', { body: withActor(body, actor.input), signal: page.signal, withStatus: true });
+        button.disabled = false;
+        if (page.gone) return;
+        out.append(el('div', { class: 'notice', role: 'status', id: 'add-done' },
+          status === 201 ? 'Added: ' : 'Already on the list, unchanged: ', suppressionLink(data.id), '.'));
+        recipient.value = '';
+        reason.value = '';
+        added();
+      } catch (err) {
+        button.disabled = false;
+        if (!page.gone) out.append(problemBox(err));
+      }
+    });
+    return form;
+  }
+
+  function suppressionPage(id) {
+    const page = newPage();
+    const heading = () => el('h2', { id: 'entry-h', text: 'Entry' });
+    const body = el('section', { class: 'panel', id: 'entry', 'aria-labelledby': 'entry-h' }, heading(), el('p', { class: 'muted', text: 'Loading…' }));
+    const actions = el('div', { id: 'entry-actions' });
+    show('Suppression', el('p', {}, el('a', { href: '#/suppressions', text: '← Suppressions' }), ' · ', el('code', { text: id })), body, actions);
+    const render = (s) => {
+      const ev = s.evidence || {};
+      let evidence = '';
+      if (ev.delivery_id) {
+        const link = deliveryLink(ev.delivery_id);
+        link.id = 'entry-evidence';
+        evidence = el('span', {}, link, ev.event_version ? ', event v' + ev.event_version : '');
+      }
+      body.replaceChildren(heading(), facts([
+        ['State', el('span', { id: 'entry-state', 'data-state': s.removed_at ? 'removed' : 'active' }, entryBadge(s))],
+        ['Channel', s.channel],
+        ['Recipient', s.recipient],
+        ['Source', el('span', { id: 'entry-source', text: s.source })],
+        ['Reason', s.reason],
+        ['Evidence', evidence],
+        ['Provider', ev.provider],
+        ['Provider code', ev.provider_code ? el('code', { text: ev.provider_code }) : ''],
+        ['Added by', ev.actor],
+        ['Added', timeEl(s.created_at)],
+        ['Removed', timeEl(s.removed_at)],
+        ['Removed by', s.removed_by],
+        ['Why removed', el('span', { id: 'entry-removed-reason', text: s.removed_reason || '' })],
+      ]));
+      actions.replaceChildren(s.removed_at ? '' : removeSuppressionForm(s, page, render));
+    };
+    (async () => {
+      try {
+        const s = await api('GET', '/v1/suppressions/' + encodeURIComponent(id), { signal: page.signal });
+        if (!page.gone) render(s);
+      } catch (err) {
+        if (!page.gone) body.replaceChildren(heading(), problemBox(err));
+      }
+    })();
+  }
+
+  function removeSuppressionForm(s, page, removed) {
+    const reason = el('textarea', { name: 'reason', required: true, maxlength: '500' });
+    const actor = actorField('remove-actor');
+    const button = el('button', { type: 'submit', class: 'button button-danger', id: 'remove-submit', text: 'Remove from the list' });
+    const out = el('div', { 'aria-live': 'polite' });
+    const form = el('form', { class: 'panel', id: 'remove-form', 'aria-labelledby': 'remove-h', novalidate: true },
+      el('h2', { id: 'remove-h', text: 'Remove' }),
+      el('p', { text: 'Deliveries to ' + s.recipient + ' are sent again from then on; those suppressed before stay suppressed. The entry and its history are kept.' }),
+      field('remove-reason', 'Reason', reason, 'Recorded on the entry (at most 500 characters).'),
+      actor.field,
+      el('div', { class: 'actions-row' }, button), out);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      out.replaceChildren();
+      if (!oneLine(reason.value)) { out.append(problemBox(new Error('Give a reason for the removal.'))); reason.focus(); return; }
+      button.disabled = true;
+      try {
+        // A repeat answers the removed entry again: a double submit is harmless.
+        const entry = await api('DELETE', '/v1/suppressions/' + encodeURIComponent(s.id),
+          { body: withActor({ reason: oneLine(reason.value) }, actor.input), signal: page.signal });
+        if (!page.gone) removed(entry);
+      } catch (err) {
+        button.disabled = false;
+        if (!page.gone) out.append(problemBox(err));
+      }
+    });
+    return form;
   }
 
   // ---------------------------------------------------------------------------------------
