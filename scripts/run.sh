@@ -17,6 +17,7 @@ export TWILIO_AUTH_TOKEN=${TWILIO_AUTH_TOKEN:-dev-twilio-auth-token}
 export VONAGE_API_SECRET=${VONAGE_API_SECRET:-dev-vonage-secret}
 export VONAGE_CALLBACK_TOKEN=${VONAGE_CALLBACK_TOKEN:-dev-vonage-callback-token-0001}
 # Webhooks of tenant dev are signed with this (Standard Webhooks) secret.
+export LEDGER_UNSUBSCRIBE_SECRET=${LEDGER_UNSUBSCRIBE_SECRET:-dev-unsubscribe-secret-of-32-bytes!}
 export LEDGER_WEBHOOK_SECRETS=${LEDGER_WEBHOOK_SECRETS:-dev:whsec_ZGV2LXdlYmhvb2stc2VjcmV0LTI0LWJ5dGVzIQ==}
 SINK_ADDR=${SINK_ADDR:-127.0.0.1:8081}
 
