@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -35,6 +37,9 @@ const (
 	suppressWarmUp  = time.Second
 	// suppressProbes accepts to listed recipients check that the probe finds them at scale.
 	suppressProbes = 20
+	// suppressProbeCalls probes a round, from one client, time the probe's query alone (the
+	// SuppressionStore's Blocks), away from the HTTP path and the accept's commit.
+	suppressProbeCalls = 500
 	// suppressTarget is the bound: accept p99 with the list within 5 % of without.
 	suppressTarget = 1.05
 )
@@ -119,6 +124,15 @@ func benchSuppress(ctx context.Context, base app.Config, opts Options, rep *Repo
 	if p := percentile(without, .5); p > 0 {
 		rep.Ratios["suppress_accept_p50_with_vs_without"] = percentile(with, .5) / p
 	}
+
+	probeWith, probeWithout, err := suppressProbeTimes(ctx, full, empty, sink.url)
+	if err != nil {
+		return err
+	}
+	rep.LatencyMS["suppress_probe_p50_with"], rep.LatencyMS["suppress_probe_p99_with"] = percentile(probeWith, .5), percentile(probeWith, .99)
+	rep.LatencyMS["suppress_probe_p50_without"], rep.LatencyMS["suppress_probe_p99_without"] = percentile(probeWithout, .5), percentile(probeWithout, .99)
+	benchLog(out, "suppress: the probe's query alone (%d rounds of %d each way, one client): with p50 %.3f ms p99 %.3f ms, without p50 %.3f ms p99 %.3f ms",
+		suppressRounds, suppressProbeCalls, percentile(probeWith, .5), percentile(probeWith, .99), percentile(probeWithout, .5), percentile(probeWithout, .99))
 
 	suppressed, err := suppressProbe(full, sink.url, filled)
 	if err != nil {
@@ -218,6 +232,29 @@ func suppressRoundsRun(full, empty *benchEnv, sink string, round time.Duration, 
 		into.v = append(into.v, s...)
 	}
 	benchLog(out, "suppress: accept p99 per round (ms): %s", strings.Join(rounds, ", "))
+	return w.sorted(), wo.sorted(), nil
+}
+
+// suppressProbeTimes times the accept's probe query (SuppressionStore.Blocks, one recipient
+// that is not listed, no category) on both schemas, in suppressRounds rounds each way, ABBA; it
+// returns the latencies (ms, sorted) with and without the entries.
+func suppressProbeTimes(ctx context.Context, full, empty *benchEnv, sink string) (with, without []float64, err error) {
+	refs := []commands.RecipientRef{{Channel: webhook.Name, Recipient: sink}}
+	var w, wo latencies
+	for r := range 2 * suppressRounds {
+		env, into := full, &w
+		if r%4 == 1 || r%4 == 2 {
+			env, into = empty, &wo
+		}
+		store := postgres.NewSuppressionStore(env.pool)
+		for range suppressProbeCalls {
+			start := time.Now()
+			if _, err := store.Blocks(ctx, "bench", "", refs); err != nil {
+				return nil, nil, fmt.Errorf("suppress probe times: %w", err)
+			}
+			into.add(time.Since(start))
+		}
+	}
 	return w.sorted(), wo.sorted(), nil
 }
 

@@ -28,6 +28,9 @@ func TestBenchSuppressPhase(t *testing.T) {
 	if rep.LatencyMS["suppress_accept_p99_with"] != percentile(with, .99) || rep.LatencyMS["suppress_accept_p99_without"] != percentile(without, .99) {
 		t.Fatalf("latencies %v", rep.LatencyMS)
 	}
+	if rep.LatencyMS["suppress_probe_p99_with"] <= 0 || rep.LatencyMS["suppress_probe_p99_without"] <= 0 {
+		t.Fatalf("probe latencies %v", rep.LatencyMS)
+	}
 	if r := rep.Ratios["suppress_accept_p99_with_vs_without"]; r <= 0 {
 		t.Fatalf("ratios %v", rep.Ratios)
 	}
