@@ -30,9 +30,11 @@ const (
 	suppressFillChunk  = 50_000
 	suppressFillBudget = 5 * time.Minute
 	suppressDeadline   = 10 * time.Minute
-	// suppressRounds rounds each way, in the order ABBA, from suppressClients closed-loop
-	// clients; each ledger is first warmed up for suppressWarmUp, not timed.
-	suppressRounds  = 4
+	// suppressRounds rounds each way of a quarter of --phase, in the order ABBA, from
+	// suppressClients closed-loop clients; each ledger is first warmed up for suppressWarmUp,
+	// not timed. Many short rounds: the shared machine's load moves within seconds, and the
+	// more often the two ways alternate, the less of that drift falls on one of them.
+	suppressRounds  = 8
 	suppressClients = 16
 	suppressWarmUp  = time.Second
 	// suppressProbes accepts to listed recipients check that the probe finds them at scale.
@@ -109,7 +111,7 @@ func benchSuppress(ctx context.Context, base app.Config, opts Options, rep *Repo
 		benchLog(out, "suppress: checkpoint after the fill failed (continuing): %v", err)
 	}
 
-	with, without, err := suppressRoundsRun(full, empty, sink.url, opts.Phase/2, out)
+	with, without, err := suppressRoundsRun(full, empty, sink.url, opts.Phase/4, out)
 	if err != nil {
 		return err
 	}
