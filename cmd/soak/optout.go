@@ -170,13 +170,14 @@ type optOutVerdict struct {
 	// those that ended suppressed, CallsAfter the sink's calls for any of them.
 	After, SuppressedAfter, CallsAfter int
 	// Before counts the deliveries to an opted-out recipient accepted before, and how they
-	// ended.
-	Before, BeforeDelivered, BeforeSuppressed, BeforeUnknown int
+	// ended (cancelled: by the canceller, whose answers checkSchedule checks).
+	Before, BeforeDelivered, BeforeSuppressed, BeforeUnknown, BeforeCancelled int
 }
 
 // checkOptOuts checks the opt-outs: each was answered; a delivery accepted after its
 // recipient's opt-out was answered never reached the sink and ended suppressed; one accepted
-// before ended delivered or suppressed (or unknown, with the evidence checkHistory asks for);
+// before ended delivered or suppressed (or unknown, with the evidence checkHistory asks for, or
+// cancelled, by a cancel checkSchedule holds to its answer);
 // and only an opted-out recipient's deliveries were suppressed, by what the recipient did.
 func checkOptOuts(v *verdict, ev evidence, accepted map[string]string, histories map[string]*history) {
 	o := &v.OptOuts
@@ -244,6 +245,8 @@ func checkOptOuts(v *verdict, ev evidence, accepted map[string]string, histories
 			o.BeforeSuppressed++
 		case domain.StateUnknown:
 			o.BeforeUnknown++
+		case domain.StateCancelled:
+			o.BeforeCancelled++
 		default:
 			endedBefore++
 			v.example(id, "accepted before its recipient's opt-out, ended "+string(state))
@@ -256,7 +259,7 @@ func checkOptOuts(v *verdict, ev evidence, accepted map[string]string, histories
 		{unanswered, "opt-outs were never answered 2xx"},
 		{calledAfter, "deliveries accepted after their recipient's opt-out was answered reached the sink"},
 		{unsuppressedAfter, "deliveries accepted after their recipient's opt-out was answered did not end suppressed"},
-		{endedBefore, "deliveries accepted before their recipient's opt-out ended neither delivered, suppressed nor unknown"},
+		{endedBefore, "deliveries accepted before their recipient's opt-out ended neither delivered, suppressed, unknown nor cancelled"},
 		{suppressedUnasked, "deliveries were suppressed whose recipient never opted out"},
 		{suppressedOtherwise, "deliveries were suppressed by something other than their recipient's opt-out"},
 	} {

@@ -18,6 +18,7 @@ const (
 	optedSuppressedAtAccept          // the accept's probe found the opt-out
 	optedSuppressedAtStart           // queued, the attempt's start found it
 	optedQueued                      // never settled
+	optedCancelled                   // the canceller came first
 )
 
 // optedStream is the stream of a webhook to recipient accepted at now (category soakCategory),
@@ -51,6 +52,8 @@ func optedStream(t *testing.T, id, recipient string, now time.Time, end optedEnd
 			func() ([]domain.Event, error) { return d.Suppress(block, now) })
 	case optedQueued:
 		steps = append(steps, func() ([]domain.Event, error) { return d.Queue(now) })
+	case optedCancelled:
+		steps = append(steps, func() ([]domain.Event, error) { return d.Cancel("", "", now) })
 	}
 	return appendSteps(t, events, steps)
 }
@@ -88,7 +91,11 @@ func TestCheckOptOuts(t *testing.T) {
 		{name: "before, suppressed at its start", recipient: opted, kind: optOutBySuppression, answered: answered, sent: before,
 			end: optedSuppressedAtStart, by: domain.SuppressedByList},
 		{name: "before, never settled", recipient: opted, kind: optOutBySuppression, answered: answered, sent: before,
-			end: optedQueued, want: "ended neither delivered, suppressed nor unknown"},
+			end: optedQueued, want: "ended neither delivered, suppressed, unknown nor cancelled"},
+		{name: "before, cancelled", recipient: opted, kind: optOutByPreference, answered: answered, sent: before,
+			end: optedCancelled},
+		{name: "after, cancelled", recipient: opted, kind: optOutByPreference, answered: answered, sent: after,
+			end: optedCancelled, after: true, want: "did not end suppressed"},
 		{name: "the opt-out unanswered", recipient: opted, kind: optOutBySuppression, sent: after,
 			end: optedSuppressedAtAccept, by: domain.SuppressedByList, want: "never answered"},
 		{name: "suppressed, never opted out", recipient: other, kind: optOutBySuppression, answered: answered, sent: after,

@@ -500,9 +500,9 @@ func (r *runner) report(v *verdict, ev evidence) {
 		r.producer.scheduled.Load(), sc.Scheduled, sc.Delivered, sc.Unknown, sc.Dead, sc.Cancelled, sc.Suppressed, sc.Cancels200, sc.Cancels409, sc.CancelsOther, r.canceller.retries.Load())
 	r.say("lateness (attempt 1 started − send_at) of the scheduled deliveries: %s", describeLateness(sc.Lateness))
 	o := v.OptOuts
-	r.say("optouts=%d (suppression %d, preference %d; of %d webhook recipients; sent again after no answer or a 5xx %d) accepted_after=%d suppressed_after=%d calls_after_optout=%d; accepted before: %d (delivered=%d suppressed=%d unknown=%d)",
+	r.say("optouts=%d (suppression %d, preference %d; of %d webhook recipients; sent again after no answer or a 5xx %d) accepted_after=%d suppressed_after=%d calls_after_optout=%d; accepted before: %d (delivered=%d suppressed=%d unknown=%d cancelled=%d)",
 		o.OptOuts, o.BySuppression, o.ByPreference, webhookRecipients, r.optOutRetries, o.After, o.SuppressedAfter, o.CallsAfter,
-		o.Before, o.BeforeDelivered, o.BeforeSuppressed, o.BeforeUnknown)
+		o.Before, o.BeforeDelivered, o.BeforeSuppressed, o.BeforeUnknown, o.BeforeCancelled)
 	s := v.SMS
 	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d)",
 		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting)
