@@ -126,6 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.IntVar(&bopts.SchedulePending, "schedule-pending", 0, fmt.Sprintf("deliveries the schedule phase holds scheduled far ahead (0: %d, or %d with --quick)", bench.DefaultSchedulePending, 20_000))
 	benchFS.IntVar(&bopts.ScheduleRate, "schedule-rate", 0, fmt.Sprintf("deliveries a second the schedule phase has fall due through that schedule (0: %d, or 500 with --quick)", bench.DefaultScheduleRate))
 	benchFS.DurationVar(&bopts.ScheduleFor, "schedule-for", 0, fmt.Sprintf("how long the schedule phase's deliveries fall due (0: %s, or 5s with --quick)", bench.DefaultScheduleFor))
+	benchFS.IntVar(&bopts.SuppressEntries, "suppress-entries", 0, fmt.Sprintf("suppressions the suppress phase fills for the benchmark's tenant, in SQL (0: %d, or %d with --quick)", bench.DefaultSuppressEntries, 20_000))
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
 	benchFS.IntVar(&bopts.ClientDeliveries, "clients-deliveries", 10_000, "deliveries per closed-loop run of the clients phase (each run also stops sending after 30 s)")
 	benchClientList := benchFS.String("clients", "1,16,64", "client counts of the clients phase's closed-loop runs, comma-separated (0: none, the fixed-rate runs only)")
@@ -149,9 +150,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"sink, CPU per delivery of the ledger process, PostgreSQL and RabbitMQ, and the ledger's peak\n" +
 			"RSS. The schedule phase holds a million deliveries scheduled far ahead and times a stream\n" +
 			"falling due through them (attempt start − send_at), the accept with send_at against without,\n" +
-			"and what the schedule keeps in PostgreSQL and RabbitMQ. Prints a table, writes JSON and an\n" +
-			"SVG chart. A run whose counts do not balance is\n" +
-			"reported as void.",
+			"and what the schedule keeps in PostgreSQL and RabbitMQ. The suppress phase fills a million\n" +
+			"suppressions and times the accept against a ledger whose list is empty. Prints a table,\n" +
+			"writes JSON and an SVG chart. A run whose counts do not balance is reported as void.",
 		FlagSet: benchFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {

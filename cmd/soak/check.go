@@ -36,12 +36,16 @@ type evidence struct {
 	twilioKilledAt time.Time
 	// cancels is the canceller's final answer for each delivery it cancelled.
 	cancels map[string]string
+	// optOuts are the recipients' opt-outs, by recipient; sentAt is when each accepted key's
+	// first request was sent.
+	optOuts map[string]optOut
+	sentAt  map[string]time.Time
 }
 
 // verdict is the checker's finding, over every channel unless a field says otherwise.
 type verdict struct {
-	Missing, Stuck                      int
-	Delivered, Dead, Unknown, Cancelled int
+	Missing, Stuck                                  int
+	Delivered, Dead, Unknown, Cancelled, Suppressed int
 	// The unknown outcomes by what made them: the call's answer never came in time (a slow
 	// answer, a reset after the request was written), the worker stopped mid-call, or a
 	// provider took the message and no receipt or lookup said what became of it in time.
@@ -55,9 +59,10 @@ type verdict struct {
 	// with a replay in their history.
 	Gone, Replayed int
 	// SMS is what the checker found about the SMS deliveries, Schedule about the scheduled
-	// sends and the cancels.
+	// sends and the cancels, OptOuts about the recipients who opted out.
 	SMS      smsVerdict
 	Schedule scheduleVerdict
+	OptOuts  optOutVerdict
 	Failures []string
 	// examples are delivery ids whose history is printed after the failures.
 	examples map[string]string
@@ -144,7 +149,8 @@ func readHistory(events []domain.Event) (*history, error) {
 			h.outcome[v.Attempt] = e.Type
 		}
 		switch e.Type {
-		case domain.EventDelivered, domain.EventDeadLettered, domain.EventReconciledDelivered, domain.EventReconciledDead, domain.EventCancelled:
+		case domain.EventDelivered, domain.EventDeadLettered, domain.EventReconciledDelivered, domain.EventReconciledDead, domain.EventCancelled,
+			domain.EventSuppressed:
 			h.terminal = append(h.terminal, e.Type)
 		case domain.EventReplayed:
 			h.terminal, h.replays = nil, h.replays+1
@@ -167,8 +173,8 @@ func (h *history) deliveredAttempt() int {
 }
 
 // check runs checks 1 to 3 on the evidence: nothing lost, one terminal state each, every sink
-// reception explained by the history, every SMS the fakes took explained by its attempts, and
-// every scheduled send and cancel kept to its word.
+// reception explained by the history, every SMS the fakes took explained by its attempts,
+// every scheduled send and cancel kept to its word, and every opt-out honoured.
 func check(ev evidence) *verdict {
 	v := &verdict{}
 	if len(ev.unaccepted) > 0 {
@@ -206,6 +212,7 @@ func check(ev evidence) *verdict {
 	checkReplays(v, ev, histories)
 	checkSMS(v, ev, histories)
 	checkSchedule(v, ev, histories)
+	checkOptOuts(v, ev, accepted, histories)
 	return v
 }
 
@@ -239,7 +246,8 @@ func checkReplays(v *verdict, ev evidence, histories map[string]*history) {
 	}
 	notReplayed := 0
 	for id := range gone {
-		if h := histories[id]; h != nil && (h.replays == 0 || h.d.State() != domain.StateDelivered) {
+		// A replay whose attempt found the recipient opted out ends suppressed (checkOptOuts).
+		if h := histories[id]; h != nil && (h.replays == 0 || h.d.State() != domain.StateDelivered && h.d.State() != domain.StateSuppressed) {
 			notReplayed++
 			v.example(id, "answered 410, not replayed and delivered")
 		}
@@ -272,6 +280,8 @@ func checkHistory(v *verdict, id, key string, h *history) {
 		v.Unknown++
 	case domain.StateCancelled:
 		v.Cancelled++
+	case domain.StateSuppressed:
+		v.Suppressed++ // checkOptOuts checks that its recipient had opted out
 	default:
 		v.Stuck++
 		v.example(id, "stuck in "+string(state))

@@ -2,9 +2,11 @@
 // own process, sends thousands of deliveries through the API (webhooks, and a share of SMS over a
 // Twilio and a Vonage fake that lose, delay and repeat receipts) while it kills those processes
 // with SIGKILL and restarts them, restarts RabbitMQ once, terminates the database connections
-// once and kills the Twilio fake for good, then checks the history: nothing accepted is lost,
-// every delivery has one terminal state (or an unknown outcome with evidence), no SMS still
-// awaits its receipt, and every duplicate the webhook receiver or a phone saw is explained.
+// once and kills the Twilio fake for good, and has a tenth of the webhook recipients opt out,
+// then checks the history: nothing accepted is lost, every delivery has one terminal state (or
+// an unknown outcome with evidence), no SMS still awaits its receipt, every duplicate the webhook
+// receiver or a phone saw is explained, and no delivery accepted after its recipient's opt-out
+// reached the receiver.
 //
 // Its last line is `lost=N duplicates=N unknown=N`; it exits 1 when a check fails. Run it with
 // `make soak` (SOAK_DELIVERIES sets the size) or `go run ./cmd/soak --ledger bin/ledger`.

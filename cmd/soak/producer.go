@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -42,6 +43,9 @@ type producer struct {
 	lastError string
 	// scheduled counts the requests sent with a send_at.
 	scheduled atomic.Int64
+	// sentAt is when each key's first request was sent: a delivery accepted after its
+	// recipient's opt-out is one whose every request followed the opt-out's answer.
+	sentAt map[string]time.Time
 }
 
 func newProducer(api, sinkURL string, plan smsPlan, cancels *canceller, run string, n, clients int, perSecond float64, burst int) *producer {
@@ -52,18 +56,21 @@ func newProducer(api, sinkURL string, plan smsPlan, cancels *canceller, run stri
 		client:   &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		ids:      map[string]string{},
 		rejected: map[string]string{},
+		sentAt:   map[string]time.Time{},
 	}
 }
 
 // key is the Idempotency-Key of the i-th delivery.
 func (p *producer) key(i int) string { return fmt.Sprintf("soak-%s-%06d", p.run, i) }
 
-// body is the request of the i-th delivery, with sendAt when it is not zero.
+// body is the request of the i-th delivery, with sendAt when it is not zero. Every request
+// carries soakCategory, which a recipient's preference may opt out of.
 func (p *producer) body(i int, sendAt time.Time) []byte {
 	req := map[string]any{
 		"channel":   webhook.Name,
-		"recipient": p.sink,
+		"recipient": webhookRecipient(p.sink, webhookRecipientOf(i)),
 		"payload":   map[string]any{"soak": p.run, "n": i},
+		"category":  soakCategory,
 	}
 	if !sendAt.IsZero() {
 		req["send_at"] = sendAt.UTC().Format(time.RFC3339Nano)
@@ -73,6 +80,7 @@ func (p *producer) body(i int, sendAt time.Time) []byte {
 			"channel":   sms.Name,
 			"recipient": p.sms.number(j),
 			"payload":   map[string]any{"text": smsText(p.key(i))},
+			"category":  soakCategory,
 		}
 	}
 	body, _ := json.Marshal(req) // maps of strings and numbers always encode
@@ -123,6 +131,9 @@ func (p *producer) send(ctx context.Context, i int) {
 		p.scheduled.Add(1)
 	}
 	key, body := p.key(i), p.body(i, sendAt)
+	p.mu.Lock()
+	p.sentAt[key] = time.Now()
+	p.mu.Unlock()
 	pause := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		id, retry, err := p.post(ctx, key, body)
@@ -186,6 +197,13 @@ func (p *producer) post(ctx context.Context, key string, body []byte) (id string
 	default:
 		return "", false, fmt.Errorf("%d: %s", resp.StatusCode, bytes.TrimSpace(answer))
 	}
+}
+
+// sentTimes returns when each key's first request was sent.
+func (p *producer) sentTimes() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.sentAt)
 }
 
 // accepts returns the accepted keys and their delivery ids, and the keys refused for good.

@@ -64,6 +64,10 @@ type runner struct {
 	// cancels are the canceller's final answers, once every cancel was answered.
 	canceller *canceller
 	cancels   map[string]string
+	// optOuter opts recipients out mid-run; optOuts are its opt-outs once each was answered.
+	optOuter      *optOuter
+	optOuts       map[string]optOut
+	optOutRetries int
 	// replaying: the ledger under test replays its DLQ over the API, and the soak does so all
 	// through the run.
 	replaying bool
@@ -197,6 +201,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	r.storm = newReceiptStorm(r.api, postgres.NewEventStore(r.env.pool), r.acceptedIDs)
 	background.Go(func() { r.storm.loop(replayCtx) })
 	r.canceller = newCanceller(ctx, r.api)
+	r.optOuter = newOptOuter(ctx, r.api, r.sink.URL())
 	r.producer = newProducer(r.api, r.sink.URL(), smsPlan{r.o.SMSShare}, r.canceller, r.env.schema, r.o.Deliveries, r.o.Clients, r.o.Rate, r.o.Burst)
 	r.chaos = newChaos(r.procs, r.seed, r.say)
 	if r.o.Twice {
@@ -213,6 +218,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 	// Every cancel is answered before the wait for the rest: a scheduled delivery is not
 	// settled while its cancel may still come.
 	r.cancels = r.canceller.wait()
+	r.optOuts, r.optOutRetries = r.optOuter.wait()
 	r.waitSettled(ctx)
 	stopReplays()
 	background.Wait()
@@ -225,7 +231,8 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 
 // runChaos kills processes until production is over and most deliveries have settled;
 // meanwhile it terminates the database connections once (a quarter into production), restarts
-// RabbitMQ once (halfway) and kills the Twilio fake for good (three fifths in).
+// RabbitMQ once (halfway), kills the Twilio fake for good (three fifths in), and has a tenth of
+// the webhook recipients opt out, one by one from 35 % to 65 % of production.
 func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 	kctx, stopKills := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -236,6 +243,7 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 	}()
 	n := int64(r.o.Deliveries)
 	terminated, rabbitStarted, twilioKilled, failedOver := false, false, false, r.o.PGFailover == ""
+	optedOut := 0
 	rabbitDone := make(chan struct{})
 	var producedAt time.Time
 	tick := time.NewTicker(pollEvery)
@@ -277,6 +285,10 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 				r.chaos.restartRabbitMQ(ctx, r.env.amqpURL)
 			}()
 		}
+		for optedOut < optOutRecipients && float64(accepted) >= optOutShareAt(optedOut)*float64(n) {
+			r.optOuter.start(optedOut)
+			optedOut++
+		}
 		if !twilioKilled && accepted >= n*3/5 {
 			twilioKilled = true
 			r.chaos.killTwilio(ctx, r.fakes)
@@ -311,6 +323,9 @@ func (r *runner) runChaos(ctx context.Context, produced <-chan struct{}) {
 	wg.Wait()
 	if !terminated || !rabbitStarted || !twilioKilled || !failedOver {
 		r.chaos.fail("the run ended before the planned database, broker and provider disturbances")
+	}
+	if optedOut < optOutRecipients {
+		r.chaos.fail("the run ended after %d of the %d planned opt-outs", optedOut, optOutRecipients)
 	}
 	r.say("chaos over: %s", r.killSummary())
 }
@@ -424,7 +439,8 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	}
 	incidents, chaosFailures := r.chaos.snapshot()
 	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents, replaying: r.replaying,
-		sends: sends, twilioListed: r.fakes.listed, twilioKilledAt: r.fakes.killedAt, cancels: r.cancels}
+		sends: sends, twilioListed: r.fakes.listed, twilioKilledAt: r.fakes.killedAt, cancels: r.cancels,
+		optOuts: r.optOuts, sentAt: r.producer.sentTimes()}
 	v := check(ev)
 	for _, f := range chaosFailures {
 		v.fail("chaos: %s", f)
@@ -477,12 +493,16 @@ func (r *runner) report(v *verdict, ev evidence) {
 	r.say("producer: accepted=%d retries=%d replayed=%d (answers repeated for a key already accepted)",
 		r.producer.accepted.Load(), r.producer.retries.Load(), r.producer.replayed.Load())
 	r.say("sink: calls=%d", len(ev.calls))
-	r.say("states: delivered=%d dead=%d unknown=%d (call unanswered %d, worker stopped mid-call %d, no receipt in time %d) cancelled=%d missing=%d stuck=%d",
-		v.Delivered, v.Dead, v.Unknown, v.UnknownCall, v.UnknownStopped, v.UnknownNoReceipt, v.Cancelled, v.Missing, v.Stuck)
+	r.say("states: delivered=%d dead=%d unknown=%d (call unanswered %d, worker stopped mid-call %d, no receipt in time %d) cancelled=%d suppressed=%d missing=%d stuck=%d",
+		v.Delivered, v.Dead, v.Unknown, v.UnknownCall, v.UnknownStopped, v.UnknownNoReceipt, v.Cancelled, v.Suppressed, v.Missing, v.Stuck)
 	sc := v.Schedule
-	r.say("scheduled: %d sent with a send_at 0.5-5 s ahead, %d scheduled in the ledger (delivered=%d unknown=%d dead=%d cancelled=%d); cancels: 200=%d 409=%d other=%d (sent again after no answer or a 5xx %d)",
-		r.producer.scheduled.Load(), sc.Scheduled, sc.Delivered, sc.Unknown, sc.Dead, sc.Cancelled, sc.Cancels200, sc.Cancels409, sc.CancelsOther, r.canceller.retries.Load())
+	r.say("scheduled: %d sent with a send_at 0.5-5 s ahead, %d scheduled in the ledger (delivered=%d unknown=%d dead=%d cancelled=%d suppressed=%d); cancels: 200=%d 409=%d other=%d (sent again after no answer or a 5xx %d)",
+		r.producer.scheduled.Load(), sc.Scheduled, sc.Delivered, sc.Unknown, sc.Dead, sc.Cancelled, sc.Suppressed, sc.Cancels200, sc.Cancels409, sc.CancelsOther, r.canceller.retries.Load())
 	r.say("lateness (attempt 1 started − send_at) of the scheduled deliveries: %s", describeLateness(sc.Lateness))
+	o := v.OptOuts
+	r.say("optouts=%d (suppression %d, preference %d; of %d webhook recipients; sent again after no answer or a 5xx %d) accepted_after=%d suppressed_after=%d calls_after_optout=%d; accepted before: %d (delivered=%d suppressed=%d unknown=%d cancelled=%d)",
+		o.OptOuts, o.BySuppression, o.ByPreference, webhookRecipients, r.optOutRetries, o.After, o.SuppressedAfter, o.CallsAfter,
+		o.Before, o.BeforeDelivered, o.BeforeSuppressed, o.BeforeUnknown, o.BeforeCancelled)
 	s := v.SMS
 	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d)",
 		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting)

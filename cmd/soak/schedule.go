@@ -162,9 +162,9 @@ func (c *canceller) wait() map[string]string {
 
 // scheduleVerdict is what the checker found about scheduled sends and cancels.
 type scheduleVerdict struct {
-	// Scheduled counts the deliveries whose history holds a send_at; Delivered, Unknown, Dead
-	// and Cancelled how they ended.
-	Scheduled, Delivered, Unknown, Dead, Cancelled int
+	// Scheduled counts the deliveries whose history holds a send_at; Delivered, Unknown, Dead,
+	// Cancelled and Suppressed how they ended.
+	Scheduled, Delivered, Unknown, Dead, Cancelled, Suppressed int
 	// Cancels200, Cancels409 and CancelsOther count the canceller's final answers.
 	Cancels200, Cancels409, CancelsOther int
 	// Lateness is each scheduled delivery's first attempt start minus its send_at.
@@ -172,7 +172,8 @@ type scheduleVerdict struct {
 }
 
 // checkSchedule checks the scheduled sends and the cancels: a cancel answered 200 has no sink
-// call and ends cancelled, a 409 answered a delivery an attempt had started for, a scheduled
+// call and ends cancelled, a 409 answered a delivery an attempt had started for (or one its
+// recipient's opt-out had ended suppressed), a scheduled
 // delivery not cancelled is delivered (or unknown, which checkHistory explains), nothing is
 // cancelled that the canceller was not answered about, and no scheduled delivery reached the
 // sink before its send_at.
@@ -204,7 +205,7 @@ func checkSchedule(v *verdict, ev evidence, histories map[string]*history) {
 		case answer == cancelOK && h.d.State() != domain.StateCancelled:
 			notCancelled++
 			v.example(id, "cancel answered 200, ended "+string(h.d.State()))
-		case answer == cancelRefused && len(h.started) == 0:
+		case answer == cancelRefused && len(h.started) == 0 && h.d.State() != domain.StateSuppressed:
 			refusedUnstarted++
 			v.example(id, "cancel answered 409, no attempt started")
 		}
@@ -231,6 +232,8 @@ func checkSchedule(v *verdict, ev evidence, histories map[string]*history) {
 			s.Dead++ // the sink's 410: checkReplays fails the run if the DLQ replay left it dead
 		case domain.StateCancelled:
 			s.Cancelled++
+		case domain.StateSuppressed:
+			s.Suppressed++ // its recipient opted out before its attempt: checkOptOuts
 		default:
 			undelivered++
 			v.example(id, "scheduled, not cancelled, ended "+string(h.d.State()))

@@ -13,14 +13,14 @@ import (
 // loadChunk is how many streams one query loads.
 const loadChunk = 500
 
-// settled reports whether nothing will move delivery id any more: delivered and cancelled are
-// terminal, unknown waits for reconciliation, and dead is terminal unless the soak's operator
+// settled reports whether nothing will move delivery id any more: delivered, cancelled and
+// suppressed are terminal, unknown waits for reconciliation, and dead is terminal unless the soak's operator
 // replays dead webhooks (then it waits for the replay and the next attempt). A scheduled
 // delivery waits for its send_at: not settled. An SMS that a provider accepted
 // stays processing until a receipt, a lookup or its receipt_max_wait decides: not settled.
 func (t *tracker) settled(id string) bool {
 	switch t.states[id] {
-	case domain.StateDelivered, domain.StateCancelled, domain.StateUnknown:
+	case domain.StateDelivered, domain.StateCancelled, domain.StateSuppressed, domain.StateUnknown:
 		return true
 	case domain.StateDead:
 		return !t.replaying || t.channels[id] != webhook.Name

@@ -229,11 +229,14 @@ public_url: http://%s
 channels:
   webhook: {providers: [webhook]}
   %s: {providers: [%s, %s], retry: {schedule: [%s]}}
+categories:
+  %s: {}
+  account: {required: true}
 providers:
   webhook: {type: webhook, timeout: %s}
   %s: {type: twilio, base_url: "http://%s", account_sid: %s, auth_token_env: %s, from: "%s", timeout: %s, receipt_timeout: %s, receipt_max_wait: %s, breaker: {failures: %d, cooldown: %s}}
   %s: {type: vonage, base_url: "http://%s", api_key: %s, api_secret_env: %s, callback_token_env: %s, from: Ledger, timeout: %s, receipt_timeout: %s, receipt_max_wait: %s}
-`, api, sms.Name, twilioProvider, vonageProvider, strings.Join(schedule, ", "), webhookTimeout,
+`, api, sms.Name, twilioProvider, vonageProvider, strings.Join(schedule, ", "), soakCategory, webhookTimeout,
 		twilioProvider, f.twilioAddr, smsAccountSID, twilioTokenVar, smsFrom, smsTimeout, receiptTimeout, receiptMaxWait,
 		breakerFailures, breakerCooldown,
 		vonageProvider, f.vonageAddr, smsAPIKey, vonageSecretVar, vonageCallbackVar, smsTimeout, receiptTimeout, receiptMaxWait)

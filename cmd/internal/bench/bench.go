@@ -59,13 +59,16 @@ type Options struct {
 	SchedulePending int
 	ScheduleRate    int
 	ScheduleFor     time.Duration
+	// SuppressEntries is how many suppressions the suppress phase fills for the benchmark's
+	// tenant (0: DefaultSuppressEntries).
+	SuppressEntries int
 	// Trace runs the ledger with tracing on, every span sampled and exported over OTLP/HTTP to
 	// a discarding endpoint on loopback, to measure what tracing costs.
 	Trace bool
 }
 
 // Phases are the phases of a run, in order.
-var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit", "schedule"}
+var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit", "schedule", "suppress"}
 
 func (o *Options) runs(phase string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
@@ -82,6 +85,7 @@ func (o *Options) ApplyQuick() {
 		o.SchedulePending = cmp.Or(o.SchedulePending, quickSchedulePending)
 		o.ScheduleRate = cmp.Or(o.ScheduleRate, quickScheduleRate)
 		o.ScheduleFor = cmp.Or(o.ScheduleFor, quickScheduleFor)
+		o.SuppressEntries = cmp.Or(o.SuppressEntries, quickSuppressEntries)
 	}
 }
 
