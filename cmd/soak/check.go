@@ -55,7 +55,7 @@ type verdict struct {
 	SameAttemptCalls               int // extra sink calls for one (delivery, attempt)
 	ResentAfterSuccess             int // extra attempts of one delivery that the sink answered 200
 	ByUnknown, ByKill, Unexplained int
-	// Gone counts deliveries whose first attempt the sink answered 410; Replayed the deliveries
+	// Gone counts deliveries whose first attempt the sink answered 404 (deadStatus); Replayed the deliveries
 	// with a replay in their history.
 	Gone, Replayed int
 	// SMS is what the checker found about the SMS deliveries, Schedule about the scheduled
@@ -216,12 +216,12 @@ func check(ev evidence) *verdict {
 	return v
 }
 
-// checkReplays checks that the deliveries the sink killed with a 410 were replayed and then
+// checkReplays checks that the deliveries the sink killed (deadStatus) were replayed and then
 // delivered, when the soak replayed the DLQ.
 func checkReplays(v *verdict, ev evidence, histories map[string]*history) {
 	gone := map[string]bool{}
 	for _, c := range ev.calls {
-		if c.Status == http.StatusGone {
+		if c.Status == deadStatus {
 			gone[c.ID] = true
 		}
 	}
@@ -249,11 +249,11 @@ func checkReplays(v *verdict, ev evidence, histories map[string]*history) {
 		// A replay whose attempt found the recipient opted out ends suppressed (checkOptOuts).
 		if h := histories[id]; h != nil && (h.replays == 0 || h.d.State() != domain.StateDelivered && h.d.State() != domain.StateSuppressed) {
 			notReplayed++
-			v.example(id, "answered 410, not replayed and delivered")
+			v.example(id, "answered 404, not replayed and delivered")
 		}
 	}
 	if notReplayed > 0 {
-		v.fail("%d deliveries the sink answered 410 were not replayed and delivered", notReplayed)
+		v.fail("%d deliveries the sink answered 404 were not replayed and delivered", notReplayed)
 	}
 	if v.WebhookDead > 0 {
 		v.fail("%d webhooks ended dead although the DLQ was replayed all through the run", v.WebhookDead)

@@ -21,7 +21,7 @@ const replayEvery = 500 * time.Millisecond
 // replayer plays the operator who replays the dead-letter queue while processes die around it:
 // it replays a page of dead deliveries through the API again and again (POST /v1/dlq/replay),
 // taking any failure (the API killed mid-request, say) as a reason to try again. A delivery the
-// sink answered 410 dies; replayed, its next attempt gets 200, so at the end none is dead. Only
+// sink answered 404 dies; replayed, its next attempt gets 200, so at the end none is dead. Only
 // webhooks are replayed: an SMS to a number that cannot take it would die again and again.
 type replayer struct {
 	api    string

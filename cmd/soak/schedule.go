@@ -229,7 +229,7 @@ func checkSchedule(v *verdict, ev evidence, histories map[string]*history) {
 		case domain.StateUnknown:
 			s.Unknown++
 		case domain.StateDead:
-			s.Dead++ // the sink's 410: checkReplays fails the run if the DLQ replay left it dead
+			s.Dead++ // the sink's 404: checkReplays fails the run if the DLQ replay left it dead
 		case domain.StateCancelled:
 			s.Cancelled++
 		case domain.StateSuppressed:

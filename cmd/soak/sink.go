@@ -16,7 +16,7 @@ import (
 // Fates of a first attempt, decided from a hash of the delivery id so that a run's mix does not
 // depend on timing: about 5 % answer 503 (the delivery is retried), about 1 % answer only after
 // the worker's webhook timeout (the worker records the outcome as unknown) and about 1.5 % answer
-// 410 (the delivery dies, and the soak's operator replays it). Later attempts always get 200.
+// 404 (the delivery dies, and the soak's operator replays it). Later attempts always get 200.
 const (
 	fatePermille503  = 50
 	fatePermilleSlow = 10
@@ -87,6 +87,12 @@ func startSink() (*sink, error) {
 // URL is where deliveries are sent.
 func (s *sink) URL() string { return "http://" + s.listener.Addr().String() + "/hook" }
 
+// deadStatus is the sink's permanent refusal, which kills a delivery for the replayer to bring
+// back: 404, permanent and no evidence against the recipient. It was 410 until 410 Gone became
+// hard evidence (issue 25): the endpoint went onto the suppression list, and its replay ended
+// suppressed instead of delivered.
+const deadStatus = http.StatusNotFound
+
 func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
 	id := r.Header.Get("webhook-id")
@@ -99,7 +105,7 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 	case fateSlow:
 		call.Slow = true
 	case fateGone:
-		call.Status = http.StatusGone
+		call.Status = deadStatus
 	}
 	s.mu.Lock()
 	s.calls = append(s.calls, call)
