@@ -43,6 +43,9 @@ type StatusRow struct {
 	// migration 0009).
 	CheckAt  *time.Time `db:"check_at"`
 	GiveUpAt *time.Time `db:"give_up_at"`
+	// Suppression is the data of the delivery.suppressed event that ended the delivery (JSON
+	// of domain.Suppressed), "" for any other delivery (migration 0017).
+	Suppression string `db:"suppression"`
 }
 
 // FoldStatus folds a whole stream, oldest first, into its status row: the row the status view
@@ -123,6 +126,9 @@ func (r *StatusRow) apply(e domain.Event) error {
 		r.NextAttemptAt = microPtr(&v.SendAt) // the status view lists a scheduled send by its time
 	case *domain.Cancelled:
 		r.NextAttemptAt = nil
+	case *domain.Suppressed:
+		r.NextAttemptAt = nil
+		r.Suppression = string(e.Data)
 	case *domain.Replayed:
 		r.Attempts = v.Attempt
 		r.ProviderOperationID, r.LastErrorClass, r.LastError, r.LastStatusCode = "", "", "", 0

@@ -56,7 +56,10 @@ type deliveryView struct {
 	// AwaitingReceipt is set while the provider has accepted the current attempt and no receipt,
 	// lookup or deadline has decided it (the delivery is processing, no worker holds it).
 	AwaitingReceipt *awaitingReceipt `json:"awaiting_receipt,omitempty"`
-	Version         int              `json:"version"`
+	// Suppression says what suppressed the delivery (state suppressed): the suppression list
+	// entry and its evidence, or the category the recipient opted out of.
+	Suppression *domain.Suppressed `json:"suppression,omitempty"`
+	Version     int                `json:"version"`
 	// AsOf echoes the as_of parameter of GET /v1/deliveries/{id}: the delivery as it was then.
 	AsOf *time.Time `json:"as_of,omitempty"`
 }
@@ -86,6 +89,12 @@ func newDeliveryView(r projections.StatusRow) deliveryView {
 	}
 	if r.State == domain.StateProcessing && r.GiveUpAt != nil && r.CheckAt != nil {
 		v.AwaitingReceipt = &awaitingReceipt{LookupAt: *r.CheckAt, GiveUpAt: *r.GiveUpAt}
+	}
+	if r.Suppression != "" {
+		var s domain.Suppressed
+		if json.Unmarshal([]byte(r.Suppression), &s) == nil {
+			v.Suppression = &s
+		}
 	}
 	return v
 }

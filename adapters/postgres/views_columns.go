@@ -236,6 +236,7 @@ var statusColumns = columns[projections.StatusRow]{
 	nullTimeColumn("first_attempt_at", func(r *projections.StatusRow) **time.Time { return &r.FirstAttemptAt }),
 	nullTimeColumn("check_at", func(r *projections.StatusRow) **time.Time { return &r.CheckAt }),
 	nullTimeColumn("give_up_at", func(r *projections.StatusRow) **time.Time { return &r.GiveUpAt }),
+	textColumn("suppression", func(r *projections.StatusRow) *string { return &r.Suppression }),
 }
 
 // dlqColumns are the DLQ view's columns.

@@ -80,6 +80,14 @@ func TestSuppressedRecipientIsRecordedSuppressedAtAcceptAndNeverSent(t *testing.
 	if status.Attempts != 0 {
 		t.Fatalf("suppressed delivery: %+v, want no attempt", status)
 	}
+	var doc struct {
+		Suppression *domain.Suppressed `json:"suppression"`
+	}
+	if resp, body := b.do(t, "GET", "/v1/deliveries/"+ds[0].ID, "", nil); resp.StatusCode != http.StatusOK || json.Unmarshal(body, &doc) != nil ||
+		doc.Suppression == nil || doc.Suppression.SuppressionID != entry || doc.Suppression.Reason != "asked to stop" {
+		t.Fatalf("GET of the suppressed delivery: %d %s, want it explained by entry %s", resp.StatusCode, body, entry)
+	}
+	b.waitListed(t, "/v1/deliveries?state=suppressed", ds[0].ID)
 	if got := states(b.history(t, ds[0].ID)); strings.Join(got, ",") != "accepted,suppressed" {
 		t.Fatalf("history of the suppressed delivery: %v", got)
 	}

@@ -1,0 +1,1 @@
+ALTER TABLE status_view DROP COLUMN suppression;
