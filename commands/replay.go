@@ -52,6 +52,24 @@ type ReplayHandler struct {
 	Requests RequestStore
 	// OnDecided, when set, is told the channel and decision ("replayed") of each recorded replay.
 	OnDecided func(channel, decision string)
+	// Suppression, when set, refuses the replay of a delivery whose recipient is suppressed
+	// (*ReplaySuppressedError): the new attempt would only end suppressed, for good, and the
+	// delivery stays dead so that it can be replayed once the entry is removed.
+	Suppression *SuppressionCheck
+}
+
+// ReplaySuppressedError refuses a replay whose recipient is on the suppression list or opted out
+// of the delivery's category.
+type ReplaySuppressedError struct {
+	Block domain.Block
+}
+
+func (e *ReplaySuppressedError) Error() string {
+	if s := e.Block.Suppression; s != nil {
+		return fmt.Sprintf("the recipient is on the suppression list (entry %s, %s%s): remove the entry to replay",
+			s.ID, s.Source, map[bool]string{true: ": " + s.Reason, false: ""}[s.Reason != ""])
+	}
+	return fmt.Sprintf("the recipient opted out of the category %q: a replay would not be sent", e.Block.OptedOut)
 }
 
 // NewReplayHandler builds the command.
@@ -82,6 +100,15 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 		if of == 0 {
 			// Pinned at the first load: a retry after a conflict asks of the same cycle.
 			of = d.Version()
+		}
+		if d.State() == domain.StateDead || (cmd.AllowUnknown && d.State() == domain.StateUnknown) {
+			blocks, err := h.Suppression.blocks(ctx, d.Tenant(), d.Category(), []RecipientRef{{Channel: d.Channel(), Recipient: d.RecipientKey()}})
+			if err != nil {
+				return decision{}, err
+			}
+			if blocks[0].Blocks() {
+				return decision{}, &ReplaySuppressedError{Block: blocks[0]}
+			}
 		}
 		now := h.clock.Now()
 		replayed, err := d.ReplayAs(domain.ReplayAsk{Reason: cmd.Reason, Actor: cmd.Actor, Unknown: cmd.AllowUnknown,

@@ -243,11 +243,14 @@ func (j *ReplayJobs) one(ctx context.Context, job *ReplayJob, item ReplayItem) (
 		Actor: replayJobActor(job), AllowUnknown: job.IncludeUnknown, Of: item.Of, Job: job.ID,
 		RequestKey: "job:" + job.ID + ":" + item.DeliveryID, RequestHash: job.RequestHash})
 	var already *domain.AlreadyReplayedError
+	var suppressed *ReplaySuppressedError
 	switch {
 	case err == nil:
 		return "", nil
 	case errors.As(err, &already):
 		return "already replayed by " + already.By(), nil
+	case errors.As(err, &suppressed):
+		return "recipient suppressed", nil
 	case errors.Is(err, domain.ErrNotDead) && d != nil:
 		if job.IncludeUnknown {
 			return fmt.Sprintf("no longer dead or unknown: %s", d.State()), nil

@@ -232,6 +232,8 @@ func (s *server) replayDLQ(w http.ResponseWriter, r *http.Request, tenant string
 			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, State: d.State(), Detail: "no longer dead"})
 		case errors.Is(err, commands.ErrNotFound):
 			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, Detail: "not found"})
+		case errors.As(err, new(*commands.ReplaySuppressedError)):
+			out.Skipped = append(out.Skipped, replaySkipped{ID: row.ID, State: d.State(), Detail: err.Error()})
 		default:
 			// What was replayed stays replayed; the caller sees the failure and can run the same
 			// request again, which skips what is no longer dead.

@@ -123,6 +123,9 @@ func problemFor(err error) problem {
 	case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrNotUnknown):
 		// The delivery is real but in a state the decision does not apply to.
 		p.Status, p.Field = http.StatusConflict, "state"
+	case errors.As(err, new(*commands.ReplaySuppressedError)):
+		// The recipient is suppressed: a replay would end suppressed for good.
+		p.Status, p.Field = http.StatusConflict, "state"
 	case errors.Is(err, domain.ErrAlreadyReplayed):
 		// One replay per dead cycle: another request replayed the death this one saw.
 		p.Status, p.Field = http.StatusConflict, "state"

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -84,32 +85,60 @@ var _ commands.SuppressionStore = (*SuppressionStore)(nil)
 // NewSuppressionStore returns the store over pool.
 func NewSuppressionStore(pool *pgxpool.Pool) *SuppressionStore { return &SuppressionStore{pool: pool} }
 
-// blocksProbe finds, for each recipient ($2, $3), its active entry and its opt-out of $4 (none
-// when $4 is empty): a probe of suppressions_active and of the preferences' key per recipient.
+// blocksProbe finds, for each recipient (tenant $1, category $2, channel $3, recipient $4, one
+// element each), its active entry and its opt-out of the category (none when the category is
+// empty): a probe of suppressions_active and of the preferences' key per recipient. The rows of
+// several callers' probes go in one statement (BlocksBatcher).
 const blocksProbe = `SELECT r.i, s.id::text, s.source, s.reason, s.evidence, s.created_at, coalesce(p.opted_out, false)
-FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS r(channel, recipient, i)
-LEFT JOIN suppressions s ON s.tenant = $1 AND s.channel = r.channel AND s.recipient = r.recipient AND s.removed_at IS NULL
-LEFT JOIN preferences p ON $4 <> '' AND p.tenant = $1 AND p.channel = r.channel AND p.recipient = r.recipient
-  AND p.category = $4 AND p.opted_out
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS r(tenant, category, channel, recipient, i)
+LEFT JOIN suppressions s ON s.tenant = r.tenant AND s.channel = r.channel AND s.recipient = r.recipient AND s.removed_at IS NULL
+LEFT JOIN preferences p ON r.category <> '' AND p.tenant = r.tenant AND p.channel = r.channel AND p.recipient = r.recipient
+  AND p.category = r.category AND p.opted_out
 WHERE s.id IS NOT NULL OR p.opted_out`
 
-// Blocks implements commands.SuppressionStore.
-func (s *SuppressionStore) Blocks(ctx context.Context, tenant, category string, refs []commands.RecipientRef) ([]domain.Block, error) {
-	channels, recipients := make([]string, len(refs)), make([]string, len(refs))
-	for i, r := range refs {
-		channels[i], recipients[i] = r.Channel, r.Recipient
+// probeRow is one recipient of a probe, with the tenant and the category it is probed under.
+type probeRow struct {
+	tenant, category string
+	ref              commands.RecipientRef
+}
+
+// probeArgs are blocksProbe's arguments for rows.
+func probeArgs(rows []probeRow) []any {
+	tenants, categories := make([]string, len(rows)), make([]string, len(rows))
+	channels, recipients := make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		tenants[i], categories[i], channels[i], recipients[i] = r.tenant, r.category, r.ref.Channel, r.ref.Recipient
 	}
-	rows, err := s.pool.Query(ctx, blocksProbe, tenant, channels, recipients, category)
+	return []any{tenants, categories, channels, recipients}
+}
+
+func probeRowsOf(tenant, category string, refs []commands.RecipientRef) []probeRow {
+	rows := make([]probeRow, len(refs))
+	for i, ref := range refs {
+		rows[i] = probeRow{tenant: tenant, category: category, ref: ref}
+	}
+	return rows
+}
+
+// Blocks implements commands.SuppressionStore, with a statement of its own (BlocksBatcher
+// shares one among concurrent callers).
+func (s *SuppressionStore) Blocks(ctx context.Context, tenant, category string, refs []commands.RecipientRef) ([]domain.Block, error) {
+	return s.probe(ctx, probeRowsOf(tenant, category, refs))
+}
+
+// probe runs blocksProbe for rows.
+func (s *SuppressionStore) probe(ctx context.Context, probed []probeRow) ([]domain.Block, error) {
+	rows, err := s.pool.Query(ctx, blocksProbe, probeArgs(probed)...)
 	if err != nil {
 		return nil, fmt.Errorf("probe suppressions: %w", err)
 	}
-	return scanBlocks(rows, tenant, category, refs)
+	return scanBlocks(rows, probed)
 }
 
-// scanBlocks reads blocksProbe's rows into a block per ref, and closes them.
-func scanBlocks(rows pgx.Rows, tenant, category string, refs []commands.RecipientRef) ([]domain.Block, error) {
+// scanBlocks reads blocksProbe's rows into a block per probed row, and closes them.
+func scanBlocks(rows pgx.Rows, probed []probeRow) ([]domain.Block, error) {
 	defer rows.Close()
-	out := make([]domain.Block, len(refs))
+	out := make([]domain.Block, len(probed))
 	for rows.Next() {
 		var i int
 		var id, source, reason *string
@@ -119,12 +148,12 @@ func scanBlocks(rows pgx.Rows, tenant, category string, refs []commands.Recipien
 		if err := rows.Scan(&i, &id, &source, &reason, &evidence, &created, &optedOut); err != nil {
 			return nil, fmt.Errorf("probe suppressions: %w", err)
 		}
-		if i < 1 || i > len(refs) {
-			return nil, fmt.Errorf("probe suppressions: row for recipient %d of %d", i, len(refs))
+		if i < 1 || i > len(probed) {
+			return nil, fmt.Errorf("probe suppressions: row for recipient %d of %d", i, len(probed))
 		}
-		b := &out[i-1]
+		b, p := &out[i-1], probed[i-1]
 		if id != nil {
-			entry := domain.Suppression{ID: *id, Tenant: tenant, Channel: refs[i-1].Channel, Recipient: refs[i-1].Recipient,
+			entry := domain.Suppression{ID: *id, Tenant: p.tenant, Channel: p.ref.Channel, Recipient: p.ref.Recipient,
 				Source: *source, Reason: *reason, CreatedAt: created.UTC()}
 			if err := json.Unmarshal(evidence, &entry.Evidence); err != nil {
 				return nil, fmt.Errorf("probe suppressions: evidence of %s: %w", *id, err)
@@ -132,7 +161,7 @@ func scanBlocks(rows pgx.Rows, tenant, category string, refs []commands.Recipien
 			b.Suppression = &entry
 		}
 		if optedOut {
-			b.OptedOut = category
+			b.OptedOut = p.category
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -151,7 +180,8 @@ func (s *EventStore) LoadProbing(ctx context.Context, deliveryID, tenant, catego
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(eventsByDelivery, id.String())
-	batch.Queue(blocksProbe, tenant, []string{ref.Channel}, []string{ref.Recipient}, category)
+	probed := probeRowsOf(tenant, category, []commands.RecipientRef{ref})
+	batch.Queue(blocksProbe, probeArgs(probed)...)
 	results := s.pool.SendBatch(ctx, batch)
 	defer results.Close()
 	rows, err := results.Query()
@@ -166,7 +196,7 @@ func (s *EventStore) LoadProbing(ctx context.Context, deliveryID, tenant, catego
 	if err != nil {
 		return nil, domain.Block{}, fmt.Errorf("probe suppressions: %w", err)
 	}
-	blocks, err := scanBlocks(rows, tenant, category, []commands.RecipientRef{ref})
+	blocks, err := scanBlocks(rows, probed)
 	if err != nil {
 		return nil, domain.Block{}, err
 	}
@@ -395,4 +425,108 @@ WHERE tenant = $1 AND channel = $2 AND recipient = $3 ORDER BY category`, tenant
 func isUUID(s string) bool {
 	u, err := uuid.Parse(s)
 	return err == nil && u.String() == s
+}
+
+// BlocksBatcher is a SuppressionStore whose probes share statements: the probes of concurrent
+// accepts go to the database as one statement (up to maxProbeRows recipients), so a burst of
+// accepts takes a connection or two for its probes instead of one each (at 64 concurrent
+// accepts, a statement each held more connections than the pool has, and under a test suite's
+// parallel ledgers, more than the server allows). Every other method is the store's.
+type BlocksBatcher struct {
+	*SuppressionStore
+	calls chan *probeCall
+	wg    sync.WaitGroup
+}
+
+// maxProbeRows bounds the recipients of one shared probe.
+const maxProbeRows = 4000
+
+type probeCall struct {
+	ctx    context.Context
+	rows   []probeRow
+	blocks []domain.Block
+	err    error
+	done   chan struct{}
+}
+
+// NewBlocksBatcher starts runners goroutines that each take the probes waiting and run them as
+// one statement; Close stops them.
+func NewBlocksBatcher(store *SuppressionStore, runners int) *BlocksBatcher {
+	b := &BlocksBatcher{SuppressionStore: store, calls: make(chan *probeCall)}
+	for range max(runners, 1) {
+		b.wg.Add(1)
+		go b.run()
+	}
+	return b
+}
+
+// Close stops the runners after the probes in progress; a probe after Close panics.
+func (b *BlocksBatcher) Close() {
+	close(b.calls)
+	b.wg.Wait()
+}
+
+// Blocks implements commands.SuppressionStore: the probe joins the next shared statement.
+func (b *BlocksBatcher) Blocks(ctx context.Context, tenant, category string, refs []commands.RecipientRef) ([]domain.Block, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	c := &probeCall{ctx: ctx, rows: probeRowsOf(tenant, category, refs), done: make(chan struct{})}
+	select {
+	case b.calls <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-c.done:
+		return c.blocks, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err() // the runner finishes the statement and drops the answer
+	}
+}
+
+// run takes a probe, then every probe waiting (up to maxProbeRows recipients), runs them as one
+// statement and answers each.
+func (b *BlocksBatcher) run() {
+	defer b.wg.Done()
+	for first := range b.calls {
+		calls, n := []*probeCall{first}, len(first.rows)
+	gather:
+		for n < maxProbeRows {
+			select {
+			case c, ok := <-b.calls:
+				if !ok {
+					break gather
+				}
+				calls, n = append(calls, c), n+len(c.rows)
+			default:
+				break gather
+			}
+		}
+		b.answer(calls, n)
+	}
+}
+
+// answer runs the calls' probes as one statement, under the first live caller's context, and
+// gives each its blocks; a failure fails them all (each caller's accept fails, nothing written).
+func (b *BlocksBatcher) answer(calls []*probeCall, n int) {
+	rows := make([]probeRow, 0, n)
+	ctx := context.Background()
+	for _, c := range calls {
+		rows = append(rows, c.rows...)
+		if c.ctx.Err() == nil && ctx == context.Background() {
+			ctx = context.WithoutCancel(c.ctx) // its trace; the statement outlives a caller that leaves
+		}
+	}
+	blocks, err := b.probe(ctx, rows)
+	at := 0
+	for _, c := range calls {
+		if err != nil {
+			c.err = err
+		} else {
+			c.blocks = blocks[at : at+len(c.rows)]
+		}
+		at += len(c.rows)
+		close(c.done)
+	}
 }

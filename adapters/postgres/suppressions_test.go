@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -251,5 +252,53 @@ func TestLoadProbingReadsTheStreamAndTheProbeAtOnce(t *testing.T) {
 	}
 	if _, _, err := b.store.LoadProbing(ctx, uuid.NewString(), "acme", "", ref); !errors.Is(err, commands.ErrNotFound) {
 		t.Fatalf("unknown id: %v, want not found", err)
+	}
+}
+
+// TestBlocksBatcherAnswersEachProbeItsOwn: concurrent probes of several tenants and categories,
+// shared in statements, each get the blocks of their own recipients.
+func TestBlocksBatcherAnswersEachProbeItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	store := postgres.NewSuppressionStore(b.schema.Pool)
+	batcher := postgres.NewBlocksBatcher(store, 2)
+	defer batcher.Close()
+	now := time.Now().UTC()
+	for _, tenant := range []string{"t0", "t1"} {
+		if _, _, err := store.AddSuppression(ctx, domain.Suppression{Tenant: tenant, Channel: "sms", Recipient: "+15005550000" + tenant[1:],
+			Source: domain.SuppressionManual, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.SetPreference(ctx, "t0", domain.Preference{Channel: "sms", Recipient: "+150055500009", Category: "news",
+		OptedOut: true, Source: domain.PreferenceByAPI, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	refs := []commands.RecipientRef{{Channel: "sms", Recipient: "+150055500000"}, {Channel: "sms", Recipient: "+150055500001"},
+		{Channel: "sms", Recipient: "+150055500009"}}
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
+		wg.Go(func() {
+			tenant, category := []string{"t0", "t1"}[i%2], []string{"", "news"}[i/2%2]
+			blocks, err := batcher.Blocks(ctx, tenant, category, refs)
+			if err != nil {
+				errs <- err
+				return
+			}
+			want := []bool{tenant == "t0", tenant == "t1", tenant == "t0" && category == "news"}
+			for k := range refs {
+				if blocks[k].Blocks() != want[k] {
+					errs <- fmt.Errorf("probe %d (%s, %q): recipient %d blocked=%v, want %v", i, tenant, category, k, blocks[k].Blocks(), want[k])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

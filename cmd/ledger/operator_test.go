@@ -39,7 +39,7 @@ type opBundle struct {
 	receiver *receiver
 }
 
-// receiver is a webhook receiver on loopback that answers by path: /ok 200; /gone 410 while gone
+// receiver is a webhook receiver on loopback that answers by path: /ok 200; /gone 404 while gone (a 410 would suppress it: not what a replay test wants)
 // is set, then 200; /slow reads the request and holds the answer past the ledger's webhook
 // timeout (an unknown outcome).
 type receiver struct {
@@ -58,7 +58,7 @@ func newReceiver(t *testing.T) *receiver {
 		switch req.URL.Path {
 		case "/gone":
 			if r.gone.Load() {
-				w.WriteHeader(http.StatusGone)
+				w.WriteHeader(http.StatusNotFound)
 				return
 			}
 		case "/slow":
@@ -307,7 +307,7 @@ func TestOperatorListShowDLQAndReplay(t *testing.T) {
 		t.Fatalf("show: exit %d\n%s", code, errOut)
 	}
 	t.Logf("deliveries show:\n%s", out)
-	for _, want := range []string{"id:", gone, "state:", "dead", "last error:", "permanent, status 410", "idempotency key:", "order-gone", "history (4 events):"} {
+	for _, want := range []string{"id:", gone, "state:", "dead", "last error:", "permanent, status 404", "idempotency key:", "order-gone", "history (4 events):"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("show lacks %q:\n%s", want, out)
 		}
@@ -325,7 +325,7 @@ func TestOperatorListShowDLQAndReplay(t *testing.T) {
 			t.Fatalf("history row %d: %q, want %s → %s", i+1, f, want.event, want.state)
 		}
 	}
-	if f := fields(rows[4]); f[4] != "1" || f[5] != "webhook" || f[6] != "410" || !strings.HasSuffix(f[7], "ms") || !strings.HasPrefix(f[8], "permanent: ") {
+	if f := fields(rows[4]); f[4] != "1" || f[5] != "webhook" || f[6] != "404" || !strings.HasSuffix(f[7], "ms") || !strings.HasPrefix(f[8], "permanent: ") {
 		t.Fatalf("the dead_lettered row: %q", f)
 	}
 	code, out, _ = b.cli(t, acmeKey, "deliveries", "show", "--json", gone)
@@ -355,7 +355,7 @@ func TestOperatorListShowDLQAndReplay(t *testing.T) {
 	// dlq list: the dead one, not the delivered one.
 	code, out, _ = b.cli(t, acmeKey, "dlq", "list")
 	t.Logf("dlq list:\n%s", out)
-	if f := fields(lineOf(out, gone)); code != 0 || len(f) != 7 || f[3] != "dead" || f[4] != "permanent" || f[5] != "1" || !strings.HasPrefix(f[6], "410 ") {
+	if f := fields(lineOf(out, gone)); code != 0 || len(f) != 7 || f[3] != "dead" || f[4] != "permanent" || f[5] != "1" || !strings.HasPrefix(f[6], "404 ") {
 		t.Fatalf("dlq list: exit %d, row %q\n%s", code, f, out)
 	}
 	if h := fields(strings.SplitN(out, "\n", 2)[0]); strings.Join(h, ",") != "ID,CHANNEL,RECIPIENT,STATE,FAILURE CLASS,ATTEMPTS,LAST ERROR" || lineOf(out, ok) != "" {

@@ -4087,6 +4087,9 @@ type Delivery struct {
 	// State Where a delivery stands.
 	State State `json:"state"`
 
+	// Suppression What suppressed the delivery (state suppressed).
+	Suppression *SuppressedData `json:"suppression,omitempty"`
+
 	// TerminalAt An RFC 3339 time.
 	TerminalAt *Timestamp `json:"terminal_at,omitempty"`
 

@@ -65,6 +65,7 @@ type App struct {
 	// preferences, made by the accept and by every attempt's start.
 	categories  commands.Categories
 	suppression *commands.SuppressionCheck
+	probes      *postgres.BlocksBatcher
 }
 
 // Option adjusts the wiring: tests replace a channel's provider with one that misbehaves, and the
@@ -175,7 +176,9 @@ func (a *App) build(ctx context.Context) error {
 	}
 	a.store = postgres.NewEventStore(a.pool)
 	a.views = postgres.NewViews(a.pool)
-	a.suppression = &commands.SuppressionCheck{Store: postgres.NewSuppressionStore(a.pool), Categories: a.categories,
+	// Concurrent accepts' probes share statements, as their commits do.
+	a.probes = postgres.NewBlocksBatcher(postgres.NewSuppressionStore(a.pool), 2)
+	a.suppression = &commands.SuppressionCheck{Store: a.probes, Categories: a.categories,
 		Loader: a.store, OnSuppressed: a.metrics.Suppressed}
 	clock := commands.SystemClock{}
 	policies := a.policies
@@ -268,7 +271,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	accept.Suppression, accept.Normalize = a.suppression, a.channels.Normalize
 	replay := commands.NewReplayHandler(a.store, a.topology, clock)
 	replay.OnDecided = a.metrics.Decided
-	replay.Requests = a.store
+	replay.Requests, replay.Suppression = a.store, a.suppression
 	reconcile := commands.NewReconcileHandler(a.store, a.topology, clock, policies)
 	reconcile.OnDecided = a.metrics.Decided
 	a.replayJobs = commands.NewReplayJobs(a.store, replay, clock, a.logger.With("role", "api"))
@@ -425,6 +428,9 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Wait()
 	if a.batcher != nil {
 		a.batcher.Close()
+	}
+	if a.probes != nil {
+		a.probes.Close()
 	}
 	if a.appends != nil {
 		a.appends.Close()

@@ -486,11 +486,12 @@ func (b *e2eBundle) waitListed(t *testing.T, path string, ids ...string) {
 	}
 }
 
-// threeDead accepts three deliveries to the receiver's path, which answers 410, and returns the
+// threeDead accepts three deliveries to the receiver's path, which answers 404 (a 410 would put
+// the path on the suppression list, and the next two would be suppressed), and returns the
 // recipient and their ids once each is dead and listed in the DLQ view.
 func threeDead(t *testing.T, b *e2eBundle, rc *consoleReceiver, path, keyPrefix string) (string, []string) {
 	t.Helper()
-	rc.answer(path, http.StatusGone)
+	rc.answer(path, http.StatusNotFound)
 	recipient := b.sink.URL + path
 	var ids []string
 	for i := range 3 {
@@ -575,7 +576,7 @@ func TestConsole(t *testing.T) {
 	// the delivery.
 	t.Run("ReplayADeadDelivery", func(t *testing.T) {
 		t.Parallel()
-		rc.answer("/replay/moved", http.StatusGone)
+		rc.answer("/replay/moved", http.StatusNotFound)
 		id := b.accept(t, "console-replay-1", b.sink.URL+"/replay/moved", domain.PriorityNormal)
 		b.waitState(t, id, domain.StateDead, 20*time.Second)
 
@@ -586,7 +587,7 @@ func TestConsole(t *testing.T) {
 		if consoleEval[bool](tab, `!!document.querySelector("#reconcile-form")`) {
 			t.Fatal("a dead delivery offers to reconcile")
 		}
-		tab.waitFor("the dead letter in the timeline", `document.querySelector('#timeline li[data-type="delivery.dead_lettered"]')?.textContent.includes("410")`)
+		tab.waitFor("the dead letter in the timeline", `document.querySelector('#timeline li[data-type="delivery.dead_lettered"]')?.textContent.includes("404")`)
 		tab.screenshot("console-delivery-dead", consoleDesktop)
 		tab.checkTabOrder("the dead delivery", "replay-reason", "replay-actor", "replay-submit")
 
@@ -667,7 +668,7 @@ func TestConsole(t *testing.T) {
 	// The list filtered by state shows that state only.
 	t.Run("FilterTheListByState", func(t *testing.T) {
 		t.Parallel()
-		rc.answer("/filter/gone", http.StatusGone)
+		rc.answer("/filter/gone", http.StatusNotFound)
 		dead := b.accept(t, "console-filter-dead", b.sink.URL+"/filter/gone", domain.PriorityNormal)
 		delivered := b.accept(t, "console-filter-ok", b.sink.URL+"/filter/ok", domain.PriorityNormal)
 		paged := b.sink.URL + "/filter/paged"

@@ -228,7 +228,8 @@ providers:
 // (the values scripts/run.sh gives them).
 var issue14Env = env(map[string]string{"SMTP_PASSWORD": "pw", "TELEGRAM_BOT_TOKEN": "123456:dev-bot-token",
 	"TWILIO_AUTH_TOKEN": "dev-twilio-auth-token", "VONAGE_API_SECRET": "dev-vonage-secret",
-	"VONAGE_CALLBACK_TOKEN": "dev-vonage-callback-token-0001"})
+	"VONAGE_CALLBACK_TOKEN":     "dev-vonage-callback-token-0001",
+	"LEDGER_UNSUBSCRIBE_SECRET": "dev-unsubscribe-secret-of-32-bytes!"}) // as scripts/run.sh sets them
 
 // TestConfigCheckTakesTheIssuesExampleAsWritten: `ledger config check` on the literal example of
 // issue 14 ("every key below must work as written") and on the committed sample passes, the

@@ -38,7 +38,7 @@ func TestReplayJobThroughTheAPI(t *testing.T) {
 		default:
 		}
 		if strings.HasSuffix(r.URL.Path, "/gone") {
-			return http.StatusGone, nil
+			return http.StatusNotFound, nil
 		}
 		return http.StatusOK, nil
 	})
@@ -150,7 +150,7 @@ func TestConcurrentSingleReplaysReplayEachDeathOnce(t *testing.T) {
 		if strings.HasSuffix(r.URL.Path, "/fine") {
 			return http.StatusOK, nil
 		}
-		return http.StatusGone, nil
+		return http.StatusNotFound, nil
 	})
 	const rounds, racers = 5, 20
 	// One warm connection per racer, to the API and from it to the database, so that the twenty
@@ -230,7 +230,7 @@ func TestConcurrentSingleReplaysReplayEachDeathOnce(t *testing.T) {
 func TestOverlappingReplayJobsReplayEachDeathOnce(t *testing.T) {
 	t.Parallel()
 	b := setupE2E(t, "", func(c *Config) { c.RelayGather = 0 })
-	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusGone, nil })
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusNotFound, nil })
 	const n, jobs = 10, 10
 	var dead []string
 	for i := range n {

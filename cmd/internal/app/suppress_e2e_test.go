@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,29 @@ func TestWebhookGoneSuppressesEndToEnd(t *testing.T) {
 	if total := b.sink.total(); total != 2 {
 		t.Errorf("the sink took %d calls, want 2: the suppressed delivery is never sent", total)
 	}
+
+	// Its replay is refused while the endpoint is suppressed (it would only end suppressed, for
+	// good), and goes through once the entry is removed.
+	dead := a.Deliveries[0].ID
+	resp, body := b.do(t, "POST", "/v1/deliveries/"+dead+"/replay", "", map[string]any{"reason": "endpoint is back"})
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "suppression list") {
+		t.Fatalf("replay of a suppressed recipient's dead delivery: %d %s, want 409 naming the suppression list", resp.StatusCode, body)
+	}
+	var list struct {
+		Items []domain.Suppression `json:"items"`
+	}
+	resp, body = b.do(t, "GET", "/v1/suppressions?channel=webhook&recipient="+url.QueryEscape(b.sink.URL+"/gone"), "", nil)
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Items) != 1 || list.Items[0].Evidence.DeliveryID != dead {
+		t.Fatalf("the endpoint's entry: %d %s", resp.StatusCode, body)
+	}
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusOK, nil })
+	if resp, body := b.do(t, "DELETE", "/v1/suppressions/"+list.Items[0].ID, "", map[string]any{"reason": "endpoint restored"}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("remove: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := b.do(t, "POST", "/v1/deliveries/"+dead+"/replay", "", map[string]any{"reason": "endpoint is back"}); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("replay after the removal: %d %s", resp.StatusCode, body)
+	}
+	b.waitState(t, dead, domain.StateDelivered, 10*time.Second)
 }
 
 // TestEmailNoSuchMailboxSuppressesEndToEnd: 550 5.1.1 at RCPT TO suppresses the address;

@@ -157,7 +157,7 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 		case r.URL.Path == "/flaky" && n == 1:
 			return http.StatusServiceUnavailable, nil
 		case r.URL.Path == "/gone" && n == 1:
-			return http.StatusGone, nil
+			return http.StatusNotFound, nil
 		}
 		return http.StatusOK, nil
 	})

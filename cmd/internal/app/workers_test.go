@@ -425,7 +425,7 @@ func TestReplayedDeadDeliveryIsDelivered(t *testing.T) {
 	b := setupE2E(t, "")
 	b.sink.script(func(_ *http.Request, n int) (int, http.Header) {
 		if n == 1 {
-			return http.StatusGone, nil
+			return http.StatusNotFound, nil
 		}
 		return http.StatusOK, nil
 	})
