@@ -96,6 +96,31 @@ LEFT JOIN preferences p ON r.category <> '' AND p.tenant = r.tenant AND p.channe
   AND p.category = r.category AND p.opted_out
 WHERE s.id IS NOT NULL OR p.opted_out`
 
+// blockOneProbe is blocksProbe for a single recipient without a category, the common case (an
+// accept of one delivery, every attempt's start): a probe of the partial unique index alone,
+// which plans in a quarter of the time of the join of arrays (0.05 against 0.2 ms, and connections
+// plan every execution, see Connect). blockOnePreference adds the recipient's opt-out of $4.
+const (
+	blockOneProbe = `SELECT 1, id::text, source, reason, evidence, created_at, false FROM suppressions
+WHERE tenant = $1 AND channel = $2 AND recipient = $3 AND removed_at IS NULL`
+	blockOnePreference = blockOneProbe + `
+UNION ALL
+SELECT 1, NULL, NULL, NULL, NULL, NULL, true FROM preferences
+WHERE tenant = $1 AND channel = $2 AND recipient = $3 AND category = $4 AND opted_out`
+)
+
+// probeQuery is the statement and arguments that probe rows.
+func probeQuery(rows []probeRow) (string, []any) {
+	if len(rows) == 1 {
+		r := rows[0]
+		if r.category == "" {
+			return blockOneProbe, []any{r.tenant, r.ref.Channel, r.ref.Recipient}
+		}
+		return blockOnePreference, []any{r.tenant, r.ref.Channel, r.ref.Recipient, r.category}
+	}
+	return blocksProbe, probeArgs(rows)
+}
+
 // probeRow is one recipient of a probe, with the tenant and the category it is probed under.
 type probeRow struct {
 	tenant, category string
@@ -128,7 +153,8 @@ func (s *SuppressionStore) Blocks(ctx context.Context, tenant, category string, 
 
 // probe runs blocksProbe for rows.
 func (s *SuppressionStore) probe(ctx context.Context, probed []probeRow) ([]domain.Block, error) {
-	rows, err := s.pool.Query(ctx, blocksProbe, probeArgs(probed)...)
+	sql, args := probeQuery(probed)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("probe suppressions: %w", err)
 	}
@@ -181,7 +207,8 @@ func (s *EventStore) LoadProbing(ctx context.Context, deliveryID, tenant, catego
 	batch := &pgx.Batch{}
 	batch.Queue(eventsByDelivery, id.String())
 	probed := probeRowsOf(tenant, category, []commands.RecipientRef{ref})
-	batch.Queue(blocksProbe, probeArgs(probed)...)
+	sql, args := probeQuery(probed)
+	batch.Queue(sql, args...)
 	results := s.pool.SendBatch(ctx, batch)
 	defer results.Close()
 	rows, err := results.Query()

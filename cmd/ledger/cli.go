@@ -125,6 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.IntVar(&bopts.AuditEvents, "audit-events", 1_000_000, "events in the log for the audit query measurement")
 	benchFS.IntVar(&bopts.SchedulePending, "schedule-pending", 0, fmt.Sprintf("deliveries the schedule phase holds scheduled far ahead (0: %d, or %d with --quick)", bench.DefaultSchedulePending, 20_000))
 	benchFS.IntVar(&bopts.ScheduleRate, "schedule-rate", 0, fmt.Sprintf("deliveries a second the schedule phase has fall due through that schedule (0: %d, or 500 with --quick)", bench.DefaultScheduleRate))
+	benchFS.DurationVar(&bopts.ScheduleLead, "schedule-lead", 0, "how far ahead of its send_at each delivery falling due is accepted, while the stream falls due (0: the whole stream is scheduled before it starts, the accepts done; 2s was the method before 2026-12-02)")
 	benchFS.DurationVar(&bopts.ScheduleFor, "schedule-for", 0, fmt.Sprintf("how long the schedule phase's deliveries fall due (0: %s, or 5s with --quick)", bench.DefaultScheduleFor))
 	benchFS.IntVar(&bopts.SuppressEntries, "suppress-entries", 0, fmt.Sprintf("suppressions the suppress phase fills for the benchmark's tenant, in SQL (0: %d, or %d with --quick)", bench.DefaultSuppressEntries, 20_000))
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")

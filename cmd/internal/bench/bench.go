@@ -59,6 +59,9 @@ type Options struct {
 	SchedulePending int
 	ScheduleRate    int
 	ScheduleFor     time.Duration
+	// ScheduleLead, when set, accepts each delivery of the stream that ahead of its send_at while
+	// the stream falls due; zero schedules the whole stream before it starts falling due.
+	ScheduleLead time.Duration
 	// SuppressEntries is how many suppressions the suppress phase fills for the benchmark's
 	// tenant (0: DefaultSuppressEntries).
 	SuppressEntries int

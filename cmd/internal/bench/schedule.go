@@ -36,6 +36,7 @@ const (
 	scheduleFillFanOut           = 500
 	scheduleStreamGroup          = 20
 	scheduleLead                 = 2 * time.Second
+	schedulePrefillFor           = 30 * time.Second
 	scheduleAcceptRounds         = 3
 	scheduleAcceptClients        = 16
 	scheduleSettleAfterTheStream = time.Minute
@@ -131,7 +132,7 @@ func benchSchedule(ctx context.Context, base app.Config, opts Options, rep *Repo
 	rep.Counts["schedule_pending_queue_message_bytes"] = int(body)
 	rep.Counts["schedule_pending_queue_memory_bytes"] = int(memory)
 
-	lat, queued, sent, late, err := scheduleStream(ctx, env, sink, opts.scheduleRate(), opts.scheduleFor(), far)
+	lat, queued, sent, late, err := scheduleStream(ctx, env, sink, opts.scheduleRate(), opts.scheduleFor(), opts.ScheduleLead, far)
 	if err != nil {
 		return err
 	}
@@ -150,6 +151,11 @@ func benchSchedule(ctx context.Context, base app.Config, opts Options, rep *Repo
 		return "NOT met"
 	}
 	p99, ratio := rep.LatencyMS["schedule_lateness_p99"], rep.Ratios["schedule_accept_with_vs_without"]
+	how := "scheduled before it falls due"
+	if opts.ScheduleLead > 0 {
+		how = fmt.Sprintf("each accepted %s ahead, beside it", opts.ScheduleLead)
+	}
+	benchLog(out, "schedule stream: %s", how)
 	benchLog(out, "scheduled sends, %d pending, %d/s falling due for %s: fire lateness (attempt start − send_at) p50 %.1f ms p99 %.1f ms (< 1 s: %s); "+
 		"accept with send_at %.0f/s, without %.0f/s, %.2fx (>= 0.9: %s); broker messages while only the schedule is pending %d (0: %s), %d message bytes, %d bytes of queue process memory under the prefix",
 		pending, opts.scheduleRate(), opts.scheduleFor(), percentile(lat, .5), p99, met(p99 < 1000), with, without, ratio, met(ratio >= 0.9),
@@ -305,19 +311,50 @@ func prefixQueues(ctx context.Context, base app.Config, env *benchEnv) (messages
 	return messages, body, memory, nil
 }
 
-// scheduleStream accepts, open loop, rate deliveries a second for d, each scheduleLead ahead of
-// its send_at, waits for them to be delivered, and returns each one's fire lateness (its
-// attempt_started event's recorded_at − its send_at, ms, sorted) from the histories, the part of
-// it until the due pass queued it (queued − send_at), how many it sent, and how many accepts
-// were answered after their send_at.
-func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate int, d time.Duration, far time.Time) ([]float64, []float64, int, int, error) {
+// scheduleStream has rate deliveries a second fall due for d and returns each one's fire
+// lateness (its attempt_started event's recorded_at − its send_at, ms, sorted) from the
+// histories, the part of it until the due pass queued it (queued − send_at), how many it sent,
+// and how many accepts were answered after their send_at. With lead zero (the default) the
+// stream is scheduled before any of it falls due, as scheduled sends are: all its deliveries are
+// accepted first (closed loop), their send_at rate a second from schedulePrefillFor ahead, and
+// only the due pass, the relay and the workers run while they fall due. With a lead, each is
+// accepted open loop lead ahead of its send_at, so that the stream's accepts run beside them (the
+// phase's method until 2026-12-02, at 2 s).
+func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate int, d, lead time.Duration, far time.Time) ([]float64, []float64, int, int, error) {
 	requests := max(1, rate/scheduleStreamGroup)
 	total := max(1, int(float64(requests)*d.Seconds()))
 	received := sink.received.Load()
 	var late atomic.Int64
 	var next atomic.Int64
+	if lead <= 0 {
+		start := time.Now().Add(max(schedulePrefillFor, d))
+		step := time.Second / time.Duration(requests)
+		var claimed atomic.Int64
+		_, _, err := closedLoop(scheduleAcceptClients, max(schedulePrefillFor, d), func() error {
+			i := claimed.Add(1) - 1
+			if i >= int64(total) {
+				return errLoopDone
+			}
+			sendAt := start.Add(time.Duration(i) * step)
+			if _, err := acceptPost(env.base, "/v1/notifications", scheduleBody(sink.url, i*scheduleStreamGroup, scheduleStreamGroup, sendAt)); err != nil {
+				return fmt.Errorf("schedule stream: %w", err)
+			}
+			if time.Now().After(sendAt) {
+				late.Add(scheduleStreamGroup)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, 0, 0, err
+		}
+		if n := min(claimed.Load(), int64(total)); n < int64(total) {
+			return nil, nil, 0, 0, fmt.Errorf("schedule stream: %d of %d requests accepted before the stream fell due", n, total)
+		}
+		time.Sleep(time.Until(start.Add(d)))
+		return scheduleLateness(ctx, env, sink, received, total*scheduleStreamGroup, far, int(late.Load()))
+	}
 	err := openLoop(requests, total, nil, func(_ int, at time.Time) error {
-		sendAt := at.Add(scheduleLead)
+		sendAt := at.Add(lead)
 		first := next.Add(scheduleStreamGroup) - scheduleStreamGroup
 		if _, err := acceptPost(env.base, "/v1/notifications", scheduleBody(sink.url, first, scheduleStreamGroup, sendAt)); err != nil {
 			return fmt.Errorf("schedule stream: %w", err)
@@ -330,7 +367,12 @@ func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate in
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	sent := total * scheduleStreamGroup
+	return scheduleLateness(ctx, env, sink, received, total*scheduleStreamGroup, far, int(late.Load()))
+}
+
+// scheduleLateness waits for the stream's sent deliveries to reach the sink and reads their
+// lateness from the histories (see scheduleStream).
+func scheduleLateness(ctx context.Context, env *benchEnv, sink *benchSink, received int64, sent int, far time.Time, late int) ([]float64, []float64, int, int, error) {
 	waitReceived(sink, received+int64(sent), scheduleLead+scheduleSettleAfterTheStream)
 	rows, err := env.pool.Query(ctx, `SELECT extract(epoch FROM min(a.recorded_at) - (s.data->>'send_at')::timestamptz) * 1000,
 			extract(epoch FROM min(q.recorded_at) - (s.data->>'send_at')::timestamptz) * 1000
@@ -353,5 +395,5 @@ func scheduleStream(ctx context.Context, env *benchEnv, sink *benchSink, rate in
 	if err := rows.Err(); err != nil {
 		return nil, nil, 0, 0, err
 	}
-	return lat.sorted(), queued.sorted(), sent, int(late.Load()), nil
+	return lat.sorted(), queued.sorted(), sent, late, nil
 }
