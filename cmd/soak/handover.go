@@ -80,8 +80,10 @@ func other(name string) string {
 // whether there is work past it.
 func handoverRow(role string) string {
 	if role == "projector" {
-		return `SELECT position::text, (SELECT coalesce(max(position), 0) FROM events) > position
-			FROM projection_checkpoints WHERE name = 'status'`
+		// Events past the checkpoint in the log order (the events' primary key) are work to do.
+		return `SELECT c.position::text, EXISTS (SELECT 1 FROM events e
+				WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position))
+			FROM projection_checkpoints c WHERE c.name = 'status'`
 	}
 	// One outbox shard (postgres.OutboxShards): rows past the offset, below the snapshot's
 	// xmin (what the relay may read), are work to do.

@@ -211,8 +211,10 @@ func (r *rolesPhase) measure(ctx context.Context, rep *Report, out io.Writer, ke
 func (r *rolesPhase) projected(ctx context.Context, deadline time.Time) (bool, error) {
 	for {
 		var behind bool
-		err := r.env.pool.QueryRow(ctx, `SELECT coalesce((SELECT position FROM projection_checkpoints WHERE name = 'status'), 0)
-			< (SELECT coalesce(max(position), 0) FROM events)`).Scan(&behind)
+		// Events past the checkpoint in the log order (the events' primary key): a max(position)
+		// would read the whole table, position alone having no index.
+		err := r.env.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events e, projection_checkpoints c
+			WHERE c.name = 'status' AND (e.transaction_id, e.position) > (c.transaction_id, c.position))`).Scan(&behind)
 		if err != nil {
 			return false, fmt.Errorf("read the projector's checkpoint: %w", err)
 		}
