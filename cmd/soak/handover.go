@@ -80,9 +80,12 @@ func other(name string) string {
 // whether there is work past it.
 func handoverRow(role string) string {
 	if role == "projector" {
-		// Events past the checkpoint in the log order (the events' primary key) are work to do.
-		return `SELECT c.position::text, EXISTS (SELECT 1 FROM events e
-				WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position))
+		// An event past the checkpoint in the log order is work to do. The first one, in the
+		// order of the events' primary key: an EXISTS is planned as a sequential scan, which
+		// reads the whole table when there is none.
+		return `SELECT c.position::text, (SELECT e.position FROM events e
+				WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)
+				ORDER BY e.transaction_id, e.position LIMIT 1) IS NOT NULL
 			FROM projection_checkpoints c WHERE c.name = 'status'`
 	}
 	// One outbox shard (postgres.OutboxShards): rows past the offset, below the snapshot's
