@@ -10,6 +10,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/projections"
 )
 
 // eventsIndex is one index the events table may have: its definition (pg_indexes.indexdef
@@ -176,4 +177,40 @@ func explain(t *testing.T, schema *pgtest.Schema, query string, args ...any) []s
 		t.Fatalf("explain %.60s: %v", query, err)
 	}
 	return plan
+}
+
+// TestTenantPendingReadsTheLogOrder: a tenant's read of a caught-up view counts its events past
+// the checkpoint along the log order's key, sequential scans allowed: the planner cannot know
+// the checkpoint, and without the query's ORDER BY it chose to read the whole table as soon as
+// it guessed more of the tenant's events past it than MaxPending (here 40,000 events of two
+// tenants; at 800,000 events of ten, the same).
+func TestTenantPendingReadsTheLogOrder(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := schema.Pool.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+		SELECT md5((g / 4)::text)::uuid, 't' || g % 2, g % 4 + 1, 'delivery.queued', g::text, '{"attempt": 1}', now()
+		FROM generate_series(0, 39999) g`); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`UPDATE projection_checkpoints SET (transaction_id, position) =
+			(SELECT transaction_id, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1)`,
+		`ANALYZE events`,
+	} {
+		if _, err := schema.Pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := schema.Pool.Query(ctx, "EXPLAIN "+postgres.EventsQueries["tenantPendingGet"], "status", "t1", projections.MaxPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); !strings.Contains(text, "events_pkey ") || strings.Contains(text, "Seq Scan on events") {
+		t.Fatalf("the pending count does not read the log order's key:\n%s", text)
+	}
 }
