@@ -32,3 +32,18 @@ func (b *AcceptBatcher) CommitBatch(ctx context.Context, recs []commands.AcceptR
 
 // EventsByDeliveryOf is the query of EventStore.LoadOf, for a test to explain.
 const EventsByDeliveryOf = eventsByDeliveryOf
+
+// EventsQueries are the queries of the events table that an index serves, for a test to
+// explain, by the name of the query.
+var EventsQueries = map[string]string{
+	"eventsReadLog":        eventsReadLog,
+	"checkpointLagGet":     checkpointLagGet,
+	"tenantPendingGet":     tenantPendingGet,
+	"eventsByDelivery":     eventsByDelivery,
+	"eventsByDeliveries":   eventsByDeliveries,
+	"eventsExistingKeys":   eventsExistingKeys,
+	"eventsTaken":          eventsTaken,
+	"operationFind":        operationFind,
+	"eventsByDeliveryOf":   eventsByDeliveryOf,
+	"eventsOfNotification": eventsOfNotification,
+}

@@ -80,8 +80,13 @@ func other(name string) string {
 // whether there is work past it.
 func handoverRow(role string) string {
 	if role == "projector" {
-		return `SELECT position::text, (SELECT coalesce(max(position), 0) FROM events) > position
-			FROM projection_checkpoints WHERE name = 'status'`
+		// An event past the checkpoint in the log order is work to do. The first one, in the
+		// order of the events' primary key: an EXISTS is planned as a sequential scan, which
+		// reads the whole table when there is none.
+		return `SELECT c.position::text, (SELECT e.position FROM events e
+				WHERE (e.transaction_id, e.position) > (c.transaction_id, c.position)
+				ORDER BY e.transaction_id, e.position LIMIT 1) IS NOT NULL
+			FROM projection_checkpoints c WHERE c.name = 'status'`
 	}
 	// One outbox shard (postgres.OutboxShards): rows past the offset, below the snapshot's
 	// xmin (what the relay may read), are work to do.

@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -105,4 +107,42 @@ func storagePerDelivery(ctx context.Context, rep *Report, pool *pgxpool.Pool, sc
 		rep.BytesPerDelivery[name] = float64(size) / float64(deliveries)
 	}
 	return rows.Err()
+}
+
+// eventsBytesPerEvent is what the events table of schema keeps per event: "total"
+// (pg_total_relation_size: the table, its TOAST and every index), "table" (the table and its
+// TOAST, pg_table_size) and each index by name (pg_relation_size), in the order of the index
+// names. Every write of an event pays for each index: this says what each costs in bytes.
+func eventsBytesPerEvent(ctx context.Context, pool *pgxpool.Pool, schema string) (events int64, sizes []namedSize, err error) {
+	table := pgx.Identifier{schema, "events"}.Sanitize()
+	var total, heap int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), pg_total_relation_size($1::regclass), pg_table_size($1::regclass) FROM `+table,
+		table).Scan(&events, &total, &heap); err != nil {
+		return 0, nil, fmt.Errorf("size of %s: %w", table, err)
+	}
+	if events == 0 {
+		return 0, nil, nil
+	}
+	sizes = []namedSize{{"total", float64(total) / float64(events)}, {"table", float64(heap) / float64(events)}}
+	rows, err := pool.Query(ctx, `SELECT c.relname, pg_relation_size(c.oid)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass ORDER BY 1`, table)
+	if err != nil {
+		return 0, nil, fmt.Errorf("sizes of the indexes of %s: %w", table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var size int64
+		if err := rows.Scan(&name, &size); err != nil {
+			return 0, nil, err
+		}
+		sizes = append(sizes, namedSize{name, float64(size) / float64(events)})
+	}
+	return events, sizes, rows.Err()
+}
+
+// namedSize is a size in bytes per something, with what it is of.
+type namedSize struct {
+	name  string
+	bytes float64
 }

@@ -302,6 +302,19 @@ func benchAuditPhase(ctx context.Context, base app.Config, opts Options, rep *Re
 		return err
 	}
 	al, n, err := benchAudit(ctx, audit, opts.AuditEvents, opts.AuditReads, out)
+	if err == nil {
+		// The log the phase filled is the largest of the run: what each index costs per event.
+		var events int64
+		var sizes []namedSize
+		if events, sizes, err = eventsBytesPerEvent(ctx, audit.pool, audit.schema); err == nil && events > 0 {
+			parts := make([]string, len(sizes))
+			for i, s := range sizes {
+				rep.Counts["audit_bytes_per_event_"+s.name] = int(s.bytes + 0.5)
+				parts[i] = fmt.Sprintf("%s %.1f", s.name, s.bytes)
+			}
+			benchLog(out, "events bytes per event (audit log, %d events): %s", events, strings.Join(parts, ", "))
+		}
+	}
 	audit.stop(base)
 	if err != nil {
 		return err

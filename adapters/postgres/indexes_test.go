@@ -1,0 +1,216 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/projections"
+)
+
+// eventsIndex is one index the events table may have: its definition (pg_indexes.indexdef
+// without the schema) and what needs it. Every write of an event pays for each of them.
+type eventsIndex struct {
+	def string
+	// why names the constraint or the queries (EventsQueries) that need the index.
+	why string
+	// queries must each plan a scan of the index.
+	queries []string
+}
+
+// eventsIndexes is every index the events table may have (docs/design.md, "Indexes on events").
+// An index lands only with an entry here that names the query or constraint that pays for it.
+var eventsIndexes = map[string]eventsIndex{
+	"events_pkey": {
+		def: `CREATE UNIQUE INDEX events_pkey ON events USING btree (transaction_id, "position")`,
+		why: "the log order that every follower reads (ReadLog: the projector; the views' lag and " +
+			"pending counts), unique so that a checkpoint names one row (migration 0018)",
+		queries: []string{"eventsReadLog", "checkpointLagGet", "tenantPendingGet"},
+	},
+	"events_stream_version_key": {
+		def: `CREATE UNIQUE INDEX events_stream_version_key ON events USING btree (delivery_id, version)`,
+		why: "optimistic concurrency: one event per stream version; the stream loads (Load, " +
+			"LoadMany, the views' stream reads, AppendEach's and the due pass's version checks)",
+		queries: []string{"eventsByDelivery", "eventsByDeliveries", "eventsTaken"},
+	},
+	"events_idempotency_key_key": {
+		def: `CREATE UNIQUE INDEX events_idempotency_key_key ON events USING btree (idempotency_key)`,
+		why: "idempotency: one event per operation key; translate's and answerConflicts' probes " +
+			"of the keys a failed write met",
+		queries: []string{"eventsExistingKeys", "eventsTaken"},
+	},
+	"events_provider_operation": {
+		def:     `CREATE INDEX events_provider_operation ON events USING btree (((data ->> 'provider'::text)), ((data ->> 'provider_operation_id'::text))) WHERE (type = 'delivery.provider_accepted'::text)`,
+		why:     "FindOperation: a receipt or a lookup names the provider's message, not the delivery",
+		queries: []string{"operationFind"},
+	},
+	"events_tenant_of_stream": {
+		def: `CREATE UNIQUE INDEX events_tenant_of_stream ON events USING btree (delivery_id, tenant) WHERE (version = 1)`,
+		why: "LoadOf: another tenant's id costs the probe an unknown one costs " +
+			"(TestLoadOfDoesTheSameWorkForAForeignAndAnUnknownID); events_stream_version_key " +
+			"would read the foreign stream's heap page to find its tenant",
+		queries: []string{"eventsByDeliveryOf"},
+	},
+	"events_notification_of_stream": {
+		def:     `CREATE INDEX events_notification_of_stream ON events USING btree (tenant, ((data ->> 'notification_id'::text))) WHERE (version = 1)`,
+		why:     "DeliveriesOf: a notification's cancel, exact where the status view may lag",
+		queries: []string{"eventsOfNotification"},
+	},
+}
+
+// TestEventsIndexesAreTheJustifiedOnes: the events table has exactly the indexes of
+// eventsIndexes, as defined there. A new index fails it until its entry says what needs it.
+func TestEventsIndexesAreTheJustifiedOnes(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	rows, err := schema.Pool.Query(context.Background(),
+		`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'events'`, schema.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			t.Fatal(err)
+		}
+		// pgtest's schema names need no quotes.
+		got[name] = strings.Replace(def, " ON "+schema.Name+".events ", " ON events ", 1)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, def := range got {
+		want, ok := eventsIndexes[name]
+		switch {
+		case !ok:
+			t.Errorf("index %s is not in eventsIndexes: say which query or constraint needs it, or drop it\n%s", name, def)
+		case def != want.def:
+			t.Errorf("index %s is\n\t%s\nwant\n\t%s", name, def, want.def)
+		}
+	}
+	for name := range eventsIndexes {
+		if _, ok := got[name]; !ok {
+			t.Errorf("index %s of eventsIndexes is missing", name)
+		}
+	}
+}
+
+// eventsIndexesFill writes 2,000 deliveries' histories of four events each, an SMS's up to its
+// provider's acceptance, in three tenants, and analyzes the table.
+const eventsIndexesFill = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+SELECT md5(i::text)::uuid, 't' || i % 3, v.version, v.type, md5(i::text)::uuid::text || '/' || v.key,
+       CASE v.version WHEN 1 THEN jsonb_build_object('notification_id', 'n' || i, 'channel', 'sms')
+                      WHEN 4 THEN jsonb_build_object('attempt', 1, 'provider', 'twilio', 'provider_operation_id', 'SM' || i)
+                      ELSE '{"attempt": 1}' END,
+       now()
+FROM generate_series(1, 2000) AS i
+CROSS JOIN (VALUES (1, 'delivery.accepted', 'accepted'), (2, 'delivery.queued', 'queued/1'),
+  (3, 'delivery.attempt_started', 'attempt/1/started'), (4, 'delivery.provider_accepted', 'attempt/1/accepted')) AS v(version, type, key)`
+
+// TestEventsQueriesUseTheirIndexes: each query that justifies an index in eventsIndexes plans a
+// scan of it (sequential scans off: on a small table one would be as cheap). The log's readers
+// read the primary key, which since migration 0018 is the log order itself.
+func TestEventsQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := schema.Pool.Exec(ctx, eventsIndexesFill); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.Pool.Exec(ctx, "ANALYZE events"); err != nil {
+		t.Fatal(err)
+	}
+	id, key := "c4ca4238-a0b9-2382-0dcc-509a6f75849b", "c4ca4238-a0b9-2382-0dcc-509a6f75849b/accepted" // md5('1')
+	args := map[string][]any{
+		"eventsReadLog":        {"0", int64(0), 100},
+		"checkpointLagGet":     {"status"},
+		"tenantPendingGet":     {"status", "t1", 1000},
+		"eventsByDelivery":     {id},
+		"eventsByDeliveries":   {[]string{id}},
+		"eventsExistingKeys":   {[]string{key}},
+		"eventsTaken":          {[]string{id}, []int32{1}, []string{key}},
+		"operationFind":        {"twilio", "SM1"},
+		"eventsByDeliveryOf":   {id, "t1"},
+		"eventsOfNotification": {"t1", "n1"},
+	}
+	for name, index := range eventsIndexes {
+		for _, q := range index.queries {
+			query, ok := postgres.EventsQueries[q]
+			if !ok || args[q] == nil {
+				t.Fatalf("%s: no query %s, or no arguments for it", name, q)
+			}
+			plan := explain(t, schema, query, args[q]...)
+			if !slices.ContainsFunc(plan, func(line string) bool {
+				// "Index Scan using NAME on events", "Bitmap Index Scan on NAME  (cost..."
+				return strings.Contains(line, " using "+name+" ") || strings.Contains(line, " on "+name+" ")
+			}) {
+				t.Errorf("%s does not scan %s:\n%s", q, name, strings.Join(plan, "\n"))
+			}
+		}
+	}
+}
+
+// explain returns the lines of query's plan with args, with sequential scans off.
+func explain(t *testing.T, schema *pgtest.Schema, query string, args ...any) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := schema.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN "+query, args...)
+	if err != nil {
+		t.Fatalf("explain %.60s: %v", query, err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("explain %.60s: %v", query, err)
+	}
+	return plan
+}
+
+// TestTenantPendingReadsTheLogOrder: a tenant's read of a caught-up view counts its events past
+// the checkpoint along the log order's key, sequential scans allowed: the planner cannot know
+// the checkpoint, and without the query's ORDER BY it chose to read the whole table as soon as
+// it guessed more of the tenant's events past it than MaxPending (here 40,000 events of two
+// tenants; at 800,000 events of ten, the same).
+func TestTenantPendingReadsTheLogOrder(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := schema.Pool.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
+		SELECT md5((g / 4)::text)::uuid, 't' || g % 2, g % 4 + 1, 'delivery.queued', g::text, '{"attempt": 1}', now()
+		FROM generate_series(0, 39999) g`); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`UPDATE projection_checkpoints SET (transaction_id, position) =
+			(SELECT transaction_id, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1)`,
+		`ANALYZE events`,
+	} {
+		if _, err := schema.Pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := schema.Pool.Query(ctx, "EXPLAIN "+postgres.EventsQueries["tenantPendingGet"], "status", "t1", projections.MaxPending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); !strings.Contains(text, "events_pkey ") || strings.Contains(text, "Seq Scan on events") {
+		t.Fatalf("the pending count does not read the log order's key:\n%s", text)
+	}
+}
