@@ -465,8 +465,11 @@ type BlocksBatcher struct {
 	wg    sync.WaitGroup
 }
 
-// maxProbeRows bounds the recipients of one shared probe.
-const maxProbeRows = 4000
+// maxProbeRows bounds the recipients of one shared probe; probeTimeout its statement.
+const (
+	maxProbeRows = 4000
+	probeTimeout = 30 * time.Second
+)
 
 type probeCall struct {
 	ctx    context.Context
@@ -545,6 +548,10 @@ func (b *BlocksBatcher) answer(calls []*probeCall, n int) {
 			ctx = context.WithoutCancel(c.ctx) // its trace; the statement outlives a caller that leaves
 		}
 	}
+	// Bounded, since no caller's deadline is on it: a database that stops answering fails the
+	// probes (and their accepts) rather than holding a runner for good.
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
 	blocks, err := b.probe(ctx, rows)
 	at := 0
 	for _, c := range calls {
