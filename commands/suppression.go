@@ -136,7 +136,7 @@ func (s *Suppressions) SetPreference(ctx context.Context, tenant string, p domai
 	case p.Category == "":
 		return domain.Preference{}, &InvalidField{Field: "category", Reason: "required"}
 	case !ok:
-		return domain.Preference{}, &InvalidField{Field: "category", Reason: s.undeclared(p.Category)}
+		return domain.Preference{}, &InvalidField{Field: "category", Reason: s.categories.undeclaredText(p.Category)}
 	case c.Required && p.OptedOut:
 		return domain.Preference{}, fmt.Errorf("%w: %w", ErrCategoryRequired, &InvalidField{Field: "category",
 			Reason: fmt.Sprintf("%q is a required category (security, legal): it cannot be opted out of", p.Category)})
@@ -155,11 +155,6 @@ func (s *Suppressions) Preferences(ctx context.Context, tenant, channel, recipie
 		return nil, err
 	}
 	return s.store.Preferences(ctx, tenant, ref.Channel, ref.Recipient)
-}
-
-// CheckCategory refuses a category the configuration does not declare; "" is no category.
-func (s *Suppressions) CheckCategory(category string) error {
-	return s.categories.Check(category)
 }
 
 // Check refuses a category that is not declared; "" is no category.
