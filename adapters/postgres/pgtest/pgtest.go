@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -106,6 +107,11 @@ func New(t testing.TB) *Schema {
 	})
 	if _, err := postgres.Migrate(ctx, pool, -1, nil); err != nil {
 		t.Fatalf("migrate: %v", err)
+	}
+	// Partitions as a process creates them at its start (app's partition maintenance), of a
+	// width a test can cross; a test of partitions makes its own.
+	if _, err := postgres.EnsurePartitions(ctx, pool, postgres.PartitionConfig{Width: time.Hour}, time.Now()); err != nil {
+		t.Fatalf("partitions: %v", err)
 	}
 	u, _ := url.Parse(URL())
 	q := u.Query()

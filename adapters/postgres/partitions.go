@@ -1,0 +1,252 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The tables that grow with deliveries are range-partitioned by time, so that what leaves the hot
+// store leaves by dropping a partition (no row-by-row DELETE, no bloat) and what stays is found
+// in the partitions of its time. The ledger creates the partitions itself, ahead of the clock
+// (EnsurePartitions), rather than through pg_partman: docs/design.md, "Time partitions".
+//
+// A partition is named after its bounds, <table>_p<from>_<to> in Unix seconds (from 0 for the
+// first partition, which holds everything before the table was partitioned): the names are the
+// ledger's record of the bounds, read back by Partitions, and sort by time within a table.
+
+// PartitionKey says what the key of a partitioned table holds.
+type PartitionKey int
+
+const (
+	// KeyDeliveryID is a delivery id: a version 7 UUID whose first 48 bits are the delivery's
+	// accept time in Unix milliseconds (commands.DeliveryID). Every row of a delivery (its events,
+	// its status row) then lives in the partition of its accept time, and a partition holds whole
+	// histories.
+	KeyDeliveryID PartitionKey = iota
+	// KeyTime is a timestamptz.
+	KeyTime
+	// KeyTimestamp is a timestamp without time zone holding UTC (the outbox's created_at).
+	KeyTimestamp
+)
+
+// PartitionedTable is one table range-partitioned by time.
+type PartitionedTable struct {
+	Name string
+	Key  PartitionKey
+}
+
+// partitionedTables lists every table that migrations create range-partitioned by time, in the
+// order EnsurePartitions creates their partitions.
+var partitionedTables []PartitionedTable
+
+// Partition is one partition of a partitioned table: the rows whose key's time is in [From, To).
+// A zero From is the open lower bound (MINVALUE).
+type Partition struct {
+	Table string
+	Name  string
+	From  time.Time
+	To    time.Time
+}
+
+// DefaultPartitionWidth is the time one partition covers when the configuration names none
+// (retention.partition).
+const DefaultPartitionWidth = 24 * time.Hour
+
+// PartitionConfig says how partitions are cut.
+type PartitionConfig struct {
+	// Width is the time one partition covers; boundaries fall on multiples of it since the Unix
+	// epoch. A whole number of milliseconds, at least one second.
+	Width time.Duration
+	// Ahead is how far past now partitions exist. Zero: the default, the larger of three widths
+	// and an hour, so that a missed maintenance round or two never leaves a write without its
+	// partition.
+	Ahead time.Duration
+}
+
+// Validate reports what is wrong with c.
+func (c PartitionConfig) Validate() error {
+	var errs []error
+	if c.Width < time.Second || c.Width%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("partition width %s: want a whole number of milliseconds, at least 1s", c.Width))
+	}
+	if c.Ahead < 0 {
+		errs = append(errs, fmt.Errorf("partitions ahead %s: want zero (the default) or more", c.Ahead))
+	}
+	return errors.Join(errs...)
+}
+
+func (c PartitionConfig) ahead() time.Duration {
+	if c.Ahead > 0 {
+		return c.Ahead
+	}
+	return max(3*c.Width, time.Hour)
+}
+
+// partitionFloor is the boundary at or before t.
+func partitionFloor(t time.Time, width time.Duration) time.Time {
+	ms, w := t.UnixMilli(), width.Milliseconds()
+	return time.UnixMilli(ms - ((ms%w)+w)%w).UTC()
+}
+
+// partitionName is the name of table's partition [from, to).
+func partitionName(table string, from, to time.Time) string {
+	var f int64
+	if !from.IsZero() {
+		f = from.Unix()
+	}
+	return fmt.Sprintf("%s_p%d_%d", table, f, to.Unix())
+}
+
+// partitionBound is the literal of time t as a bound of a key; a zero t is MINVALUE.
+func partitionBound(key PartitionKey, t time.Time) string {
+	if t.IsZero() {
+		return "MINVALUE"
+	}
+	switch key {
+	case KeyDeliveryID:
+		return "'" + UUIDv7Floor(t) + "'"
+	case KeyTime:
+		return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "+00'"
+	default:
+		return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
+	}
+}
+
+// UUIDv7Floor is the least version 7 UUID of millisecond t: every delivery id accepted at or
+// after t is at least this.
+func UUIDv7Floor(t time.Time) string {
+	ms := uint64(t.UnixMilli())
+	return fmt.Sprintf("%08x-%04x-0000-0000-000000000000", ms>>16, ms&0xffff)
+}
+
+// UUIDv7Time is the time in the first 48 bits of a version 7 UUID (a delivery id), and whether
+// id is one.
+func UUIDv7Time(id string) (time.Time, bool) {
+	if len(id) != 36 || id[14] != '7' {
+		return time.Time{}, false
+	}
+	hi, err1 := strconv.ParseUint(id[0:8], 16, 64)
+	lo, err2 := strconv.ParseUint(id[9:13], 16, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(hi<<16 | lo)).UTC(), true
+}
+
+const partitionsList = `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass($1)`
+
+// Partitions lists table's partitions, ordered by time. Partitions whose names the ledger did not
+// give are left out.
+func Partitions(ctx context.Context, q Querier, table string) ([]Partition, error) {
+	rows, err := q.Query(ctx, partitionsList, table)
+	if err != nil {
+		return nil, fmt.Errorf("list partitions of %s: %w", table, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list partitions of %s: %w", table, err)
+	}
+	pattern := regexp.MustCompile(`^` + regexp.QuoteMeta(table) + `_p(\d+)_(\d+)$`)
+	var out []Partition
+	for _, n := range names {
+		m := pattern.FindStringSubmatch(n)
+		if m == nil {
+			continue
+		}
+		from, _ := strconv.ParseInt(m[1], 10, 64)
+		to, _ := strconv.ParseInt(m[2], 10, 64)
+		p := Partition{Table: table, Name: n, To: time.Unix(to, 0).UTC()}
+		if from > 0 {
+			p.From = time.Unix(from, 0).UTC()
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Partition) int { return a.To.Compare(b.To) })
+	return out, nil
+}
+
+// Querier is what reads need of a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// partitionLockID serialises partition maintenance across processes.
+const partitionLockID = 7401526
+
+// EnsurePartitions creates, for every partitioned table, the partitions of cfg.Width that cover
+// the time from the table's last partition (or from now's boundary, for a table with none) to
+// now plus cfg.Ahead, and returns them. Boundaries fall on multiples of the width, but for the
+// first partition after a bound that does not (a changed width, the migration's first
+// partition), which ends at the next multiple. Every process that writes may call it: one
+// advisory lock makes them take turns, and a round that finds the partitions there creates
+// nothing. Each partition is created apart and attached (SHARE UPDATE EXCLUSIVE on the parent,
+// which writes do not wait for), not created as PARTITION OF (ACCESS EXCLUSIVE), and a lock not
+// had within lock_timeout fails the round, to be tried again, rather than queue writes behind it.
+func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConfig, now time.Time) ([]Partition, error) {
+	return EnsurePartitionsOf(ctx, pool, partitionedTables, cfg, now)
+}
+
+// EnsurePartitionsOf is EnsurePartitions for the given tables.
+func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []PartitionedTable, cfg PartitionConfig, now time.Time) ([]Partition, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var created []Partition
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLockID); err != nil {
+			return err
+		}
+		until := now.Add(cfg.ahead())
+		for _, t := range tables {
+			have, err := Partitions(ctx, tx, t.Name)
+			if err != nil {
+				return err
+			}
+			from := partitionFloor(now, cfg.Width)
+			if len(have) > 0 {
+				from = have[len(have)-1].To
+			}
+			for from.Before(until) {
+				to := partitionFloor(from, cfg.Width).Add(cfg.Width)
+				p := Partition{Table: t.Name, Name: partitionName(t.Name, from, to), From: from, To: to}
+				if err := attachPartition(ctx, tx, t, p); err != nil {
+					return err
+				}
+				created = append(created, p)
+				from = to
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure partitions: %w", err)
+	}
+	return created, nil
+}
+
+// attachPartition creates p as a table of its own and attaches it to its parent. ATTACH builds
+// the parent's indexes on it (it is empty, so at once).
+func attachPartition(ctx context.Context, tx pgx.Tx, t PartitionedTable, p Partition) error {
+	name, parent := pgx.Identifier{p.Name}.Sanitize(), pgx.Identifier{t.Name}.Sanitize()
+	create := `CREATE TABLE ` + name + ` (LIKE ` + parent + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)`
+	attach := `ALTER TABLE ` + parent + ` ATTACH PARTITION ` + name +
+		` FOR VALUES FROM (` + partitionBound(t.Key, p.From) + `) TO (` + partitionBound(t.Key, p.To) + `)`
+	for _, sql := range []string{create, attach} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("partition %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
