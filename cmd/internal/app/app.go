@@ -162,6 +162,9 @@ func (a *App) build(ctx context.Context) error {
 	if err := postgres.CheckSchema(ctx, a.pool); err != nil {
 		return err
 	}
+	if err := a.ensurePartitions(ctx); err != nil {
+		return err
+	}
 	if err := amqp.DeclareTopology(cfg.AMQPURL, a.topology, logger); err != nil {
 		if !a.roles["relay"] && !a.roles["worker"] {
 			// The API and the projector only write to PostgreSQL: accepting while the broker is
@@ -389,6 +392,7 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {
+		start("partitions", a.keepPartitions)
 		start("table statistics", func(ctx context.Context) error {
 			return postgres.KeepStatistics(ctx, a.pool, statisticsInterval, a.logger)
 		})
