@@ -23,6 +23,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/retention"
 	"github.com/deliveryledger/ledger/projections"
 	"github.com/deliveryledger/ledger/tracing"
 )
@@ -66,6 +67,8 @@ type App struct {
 	categories  commands.Categories
 	suppression *commands.SuppressionCheck
 	probes      *postgres.BlocksBatcher
+	// retention is the file's retention block.
+	retention retention.Config
 }
 
 // Option adjusts the wiring: tests replace a channel's provider with one that misbehaves, and the
@@ -141,6 +144,7 @@ func plan(cfg Config, logger *slog.Logger, o options) (*App, error) {
 		return nil, err
 	}
 	a.categories = file.Categories
+	a.retention = file.Retention
 	policy := cfg.policy()
 	a.policies = func(channel string) domain.RetryPolicy {
 		if p, ok := own[channel]; ok {

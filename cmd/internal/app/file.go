@@ -22,6 +22,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/retention"
 )
 
 // File is the configuration file (--config / LEDGER_CONFIG): the channels a ledger serves,
@@ -47,6 +48,9 @@ type File struct {
 	// Categories are the notification categories a request may name (`category`), by name: a
 	// recipient may opt out of any but a required one.
 	Categories commands.Categories
+	// Retention is how long history, payloads and accept answers stay in the hot store, and
+	// where what leaves is archived (off by default: nothing leaves).
+	Retention retention.Config
 	// Path is where the file was read from ("" for the built-in default).
 	Path string
 	// Warnings are what runs but deserves a word: `ledger config check` prints them and the
@@ -215,8 +219,10 @@ func ParseFile(path string, data []byte, getenv func(string) (string, bool)) (*F
 			providers = kv.value
 		case "categories":
 			f.Categories = p.categories(kv.value)
+		case "retention":
+			f.Retention = p.retention(kv.value)
 		default:
-			p.unknown(kv.keyNode, kv.key, "public_url, channels, providers, categories")
+			p.unknown(kv.keyNode, kv.key, "public_url, channels, providers, categories, retention")
 		}
 	}
 	if providers != nil {

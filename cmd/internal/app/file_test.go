@@ -163,6 +163,11 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 		{"sms provider on the wrong channel", "channels:\n  email: {providers: [t]}\nproviders:\n  t: {type: twilio, account_sid: AC1, auth_token_env: T, from: x}\n",
 			[]string{"the email channel takes smtp providers"}},
 		{"not yaml", "channels: [\n", []string{"f.yaml: yaml:"}},
+		{"retention without an archive", "retention: {keep: 30d, payloads: 40d, partition: 2h, tenants: {t1: {keep: 1h, ttl: 2d}}}\nchannels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{"retention.archive_dir: required with keep", "retention.payloads: 40d is longer than keep (30d)",
+				"retention.tenants.t1.keep: 1h0m0s is shorter than a partition (2h0m0s)", "f.yaml:1: retention.tenants.t1.ttl: unknown key (known: keep, payloads)"}},
+		{"retention durations", "retention: {keep: soon, partition: 0s, cold: 1d}\nchannels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n",
+			[]string{`f.yaml:1: retention.keep: want a duration such as 30d, 36h or 90s, got "soon"`, "retention.partition: must be positive", "retention.cold: unknown key"}},
 		{"public_url", "public_url: ftp://x\nchannels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n",
 			[]string{"f.yaml:1: public_url: want an absolute http(s) URL"}},
 	}
@@ -177,6 +182,29 @@ func TestParseFileRefusalsNameTheirField(t *testing.T) {
 				t.Errorf("%s: error %q does not say %q", tt.name, err, want)
 			}
 		}
+	}
+}
+
+// TestParseFileTakesRetention: the retention block with days, a tenant's own keep, and what the
+// ledger derives from it.
+func TestParseFileTakesRetention(t *testing.T) {
+	t.Parallel()
+	const file = "retention: {keep: 30d, payloads: 7d, partition: 1d, archive_dir: /var/lib/ledger/archive, tenants: {t1: {keep: 90d}, t2: {payloads: 1d12h}}}\n" +
+		"channels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n"
+	f, err := ParseFile("f.yaml", []byte(file), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, day := f.Retention, 24*time.Hour
+	if r.Keep != 30*day || r.Payloads != 7*day || r.PartitionWidth() != day || r.ArchiveDir != "/var/lib/ledger/archive" {
+		t.Fatalf("retention %+v", r)
+	}
+	if r.KeepOf("t1") != 90*day || r.KeepOf("t2") != 30*day || r.PayloadsOf("t2") != 36*time.Hour || r.PayloadsOf("t3") != 7*day {
+		t.Fatalf("per tenant: %s %s %s %s", r.KeepOf("t1"), r.KeepOf("t2"), r.PayloadsOf("t2"), r.PayloadsOf("t3"))
+	}
+	none, err := ParseFile("f.yaml", []byte("channels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n"), env(nil))
+	if err != nil || none.Retention.KeepOf("t1") != 0 || none.Retention.PartitionWidth() != day {
+		t.Fatalf("no block: %+v, %v", none.Retention, err)
 	}
 }
 

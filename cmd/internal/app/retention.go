@@ -9,7 +9,7 @@ import (
 
 // partitionConfig is how the ledger's time partitions are cut (the file's retention.partition).
 func (a *App) partitionConfig() postgres.PartitionConfig {
-	return postgres.PartitionConfig{Width: postgres.DefaultPartitionWidth}
+	return postgres.PartitionConfig{Width: a.retention.PartitionWidth()}
 }
 
 // ensurePartitions creates the partitions the next hours need before any role writes: a write
