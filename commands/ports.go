@@ -12,10 +12,27 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/deliveryledger/ledger/domain"
 )
+
+// ArchivedError: the delivery's history has left the hot store for the archive (retention). It
+// is also ErrNotFound, so that what only asks "is it here" goes on as before; what answers a
+// caller names the segment.
+type ArchivedError struct {
+	DeliveryID string
+	// Segment is the archive segment that holds the history (`ledger archive show ID`).
+	Segment string
+}
+
+func (e *ArchivedError) Error() string {
+	return fmt.Sprintf("delivery %s is archived in segment %s", e.DeliveryID, e.Segment)
+}
+
+// Is makes an archived delivery not found in the hot store.
+func (e *ArchivedError) Is(target error) bool { return target == ErrNotFound }
 
 // Errors of the EventStore contract. Adapters translate driver errors into them.
 var (

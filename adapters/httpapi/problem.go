@@ -58,6 +58,9 @@ type problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 	Field  string `json:"field,omitempty"`
+	// Reason and Segment say why a delivery is gone: "archived", in that archive segment.
+	Reason  string `json:"reason,omitempty"`
+	Segment string `json:"segment,omitempty"`
 }
 
 // problemFor is the one place that chooses an HTTP status for an error.
@@ -102,6 +105,13 @@ func problemFor(err error) problem {
 		// connections): not a bug of ours, and every write of the API is idempotent, so the
 		// caller repeats it. Fixed text: the driver's error names hosts and users.
 		p.Status, p.Detail = http.StatusServiceUnavailable, "the database connection was lost; repeat the request (with the same Idempotency-Key, if it had one)"
+	case errors.As(err, new(*commands.ArchivedError)):
+		// The history left the hot store (retention): the archive holds it.
+		var archived *commands.ArchivedError
+		errors.As(err, &archived)
+		p.Status, p.Reason, p.Segment = http.StatusGone, "archived", archived.Segment
+		p.Detail = "archived: this delivery's history left the hot store after the retention period; archive segment " +
+			archived.Segment + " holds it (ledger archive show ID)"
 	case errors.Is(err, commands.ErrNotFound):
 		// Fixed text: the same answer for "no such id" and "another tenant's id". A handler
 		// of another resource names it (requestError).

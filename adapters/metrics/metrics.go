@@ -37,6 +37,11 @@ type Metrics struct {
 	decisions            *prometheus.CounterVec
 	circuitState         *prometheus.GaugeVec
 	receipts             *prometheus.CounterVec
+
+	archivedEvents    prometheus.Counter
+	archiveFailures   prometheus.Counter
+	heldPartitions    prometheus.Gauge
+	overduePartitions prometheus.Gauge
 }
 
 // latencyBuckets span a fast local call to a slow provider.
@@ -132,6 +137,22 @@ func New() *Metrics {
 			Name: "ledger_receipts_total",
 			Help: "Providers' receipts and lookups recorded, by provider, source (receipt, lookup) and the ledger's reading (pending, delivered, failed, retry, not_found).",
 		}, []string{"provider", "source", "status"}),
+		archivedEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ledger_retention_archived_events_total",
+			Help: "Events that left the hot store for the archive (written, read back, checked, then dropped).",
+		}),
+		archiveFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ledger_retention_archive_failures_total",
+			Help: "Partitions whose archive could not be written or did not check against their rows: nothing was dropped.",
+		}),
+		heldPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ledger_retention_held_partitions",
+			Help: "Partitions of the history past their keep that stay hot, at the last retention round: a delivery in them is not terminal (retrying, unknown, awaiting a receipt), or a tenant keeps longer.",
+		}),
+		overduePartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ledger_retention_overdue_partitions",
+			Help: "Partitions held back by a delivery that is not terminal past twice their keep, at the last retention round.",
+		}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -140,6 +161,7 @@ func New() *Metrics {
 		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
 		m.projectionApplied, m.projectionLagEvents, m.projectionLagSeconds, m.viewDeliveries,
 		m.decisions, m.circuitState, m.receipts, m.suppressed,
+		m.archivedEvents, m.archiveFailures, m.heldPartitions, m.overduePartitions,
 	)
 	return m
 }
@@ -272,5 +294,27 @@ func (m *Metrics) CircuitState(provider string, state int) {
 func (m *Metrics) Receipt(provider, source, status string) {
 	if m != nil {
 		m.receipts.WithLabelValues(provider, source, status).Inc()
+	}
+}
+
+// Archived counts events that left for the archive (the retention pass's Observer).
+func (m *Metrics) Archived(events int64) {
+	if m != nil {
+		m.archivedEvents.Add(float64(events))
+	}
+}
+
+// Held sets the partitions held past their keep, and those held past twice it.
+func (m *Metrics) Held(held, overdue int) {
+	if m != nil {
+		m.heldPartitions.Set(float64(held))
+		m.overduePartitions.Set(float64(overdue))
+	}
+}
+
+// Failed counts a partition whose archive failed its check.
+func (m *Metrics) Failed() {
+	if m != nil {
+		m.archiveFailures.Inc()
 	}
 }

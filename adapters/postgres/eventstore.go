@@ -303,12 +303,44 @@ func (s *EventStore) load(ctx context.Context, deliveryID, query string, args ..
 		return nil, fmt.Errorf("load %s: %w", deliveryID, err)
 	}
 	if len(events) == 0 {
-		return nil, commands.ErrNotFound
+		return nil, s.notFound(ctx, id.String(), args...)
 	}
 	if err := s.attachPayloads(ctx, events); err != nil {
 		return nil, err
 	}
 	return events, nil
+}
+
+// archiveSegmentOf finds the archive segment that holds the deliveries of an accept time (and,
+// given, a tenant): a handful of rows, one per partition that left.
+const archiveSegmentOf = `SELECT id FROM archive_segments
+WHERE (from_at IS NULL OR from_at <= $1) AND $1 < to_at AND ($2::text IS NULL OR $2 = ANY (tenants))
+ORDER BY to_at LIMIT 1`
+
+// notFound is the error of a load that found no rows: an *commands.ArchivedError when the id's
+// accept time is in a segment that left for the archive (with one of the tenant's deliveries
+// in it, for a tenant's load), else commands.ErrNotFound. An id that never existed but falls in
+// an archived range of a tenant with deliveries there is answered archived too: the hot store
+// no longer knows which ids the range held, and says so.
+func (s *EventStore) notFound(ctx context.Context, id string, args ...any) error {
+	at, ok := UUIDv7Time(id)
+	if !ok {
+		return commands.ErrNotFound
+	}
+	var tenant *string
+	if len(args) > 0 {
+		if t, ok := args[0].(string); ok {
+			tenant = &t
+		}
+	}
+	var segment string
+	switch err := s.pool.QueryRow(ctx, archiveSegmentOf, at, tenant).Scan(&segment); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return commands.ErrNotFound
+	case err != nil:
+		return fmt.Errorf("load %s: archive segment: %w", id, err)
+	}
+	return &commands.ArchivedError{DeliveryID: id, Segment: segment}
 }
 
 // LoadMany returns the streams of several deliveries at once, keyed by id; unknown ids are

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,12 +27,7 @@ type LogRange struct {
 // ORDER BY names the table's columns, not the text output column transaction_id. Accepted
 // events come with their payload, as Load gives them.
 const (
-	eventsExport = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
-	CASE WHEN p.payload IS NULL THEN e.data
-	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
-	e.recorded_at, e.position, e.transaction_id::text
-FROM events e LEFT JOIN notification_payloads p
-	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'
+	eventsExport = eventsExportFrom + `
 WHERE ($1::timestamptz IS NULL OR e.recorded_at >= $1)
   AND ($2::timestamptz IS NULL OR e.recorded_at < $2)
 ORDER BY e.transaction_id, e.position`
@@ -39,6 +35,22 @@ ORDER BY e.transaction_id, e.position`
 WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
   AND ($2::timestamptz IS NULL OR recorded_at < $2)`
 )
+
+// eventsExportFrom is the export's select list over the events table (or one partition of it,
+// exportOf), with the accepted events' payloads put back.
+const eventsExportFrom = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
+	CASE WHEN p.payload IS NULL THEN e.data
+	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
+	e.recorded_at, e.position, e.transaction_id::text
+FROM events e LEFT JOIN notification_payloads p
+	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'`
+
+// exportOf is the export of every event of one table shaped like events (a detached partition),
+// in log order.
+func exportOf(table string) string {
+	return strings.Replace(eventsExportFrom, "FROM events e", "FROM "+table+" e", 1) + `
+ORDER BY e.transaction_id, e.position`
+}
 
 // ExportLog calls fn for every event recorded in r and committed when the export starts, in log
 // order. It streams: rows are decoded as they arrive, so the memory used does not grow with the

@@ -1,0 +1,337 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliveryledger/ledger/adapters/archive"
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
+	"github.com/deliveryledger/ledger/retention"
+)
+
+// RetentionStore is the retention pass's hot store: the partitions of `events`, and the tables
+// whose partitions follow them out (followerTables).
+type RetentionStore struct {
+	pool *pgxpool.Pool
+}
+
+var _ retention.Store = (*RetentionStore)(nil)
+
+// NewRetentionStore returns the retention pass's store over pool.
+func NewRetentionStore(pool *pgxpool.Pool) *RetentionStore { return &RetentionStore{pool: pool} }
+
+// historyTable is the partitioned history; followerTables hold rows of the deliveries of a time
+// range (their views, their payloads, their accept answers) and leave once no partition of the
+// history overlaps their range.
+const historyTable = "events"
+
+var followerTables = []string{"status_view", "dlq_view", "notification_payloads", "accept_requests"}
+
+// detachedOf lists tables named as partitions of the history that are no partition of it: a
+// pass detached them and did not finish.
+const detachedOf = `SELECT c.relname FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+  AND c.relname ~ ('^' || $1 || '_p[0-9]+_[0-9]+$')`
+
+// Partitions lists the history's partitions, oldest first, with those a pass left detached.
+func (s *RetentionStore) Partitions(ctx context.Context) ([]retention.Partition, error) {
+	attached, err := Partitions(ctx, s.pool, historyTable)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, detachedOf, historyTable)
+	if err != nil {
+		return nil, fmt.Errorf("list detached partitions: %w", err)
+	}
+	detached, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list detached partitions: %w", err)
+	}
+	var out []retention.Partition
+	for _, n := range detached {
+		if p, ok := partitionOfName(historyTable, n); ok {
+			out = append(out, retention.Partition{Name: p.Name, From: p.From, To: p.To, Detached: true})
+		}
+	}
+	for _, p := range attached {
+		out = append(out, retention.Partition{Name: p.Name, From: p.From, To: p.To})
+	}
+	sortPartitions(out)
+	return out, nil
+}
+
+func sortPartitions(ps []retention.Partition) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].To.Before(ps[j-1].To); j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+var partitionNamePattern = regexp.MustCompile(`^(.+)_p(\d+)_(\d+)$`)
+
+// partitionOfName reads a partition's bounds from its name.
+func partitionOfName(table, name string) (Partition, bool) {
+	m := partitionNamePattern.FindStringSubmatch(name)
+	if m == nil || m[1] != table {
+		return Partition{}, false
+	}
+	from, _ := strconv.ParseInt(m[2], 10, 64)
+	to, _ := strconv.ParseInt(m[3], 10, 64)
+	p := Partition{Table: table, Name: name, To: time.Unix(to, 0).UTC()}
+	if from > 0 {
+		p.From = time.Unix(from, 0).UTC()
+	}
+	return p, true
+}
+
+// Tenants counts the partition's deliveries per tenant, and those whose latest event that says
+// a state does not end them.
+func (s *RetentionStore) Tenants(ctx context.Context, p retention.Partition, terminal []domain.EventType) ([]retention.TenantCount, error) {
+	q := `SELECT tenant, count(*), count(*) FILTER (WHERE NOT (type = ANY ($1::text[]))) FROM (
+	SELECT DISTINCT ON (delivery_id) tenant, type FROM ` + pgx.Identifier{p.Name}.Sanitize() + `
+	WHERE type <> $2 ORDER BY delivery_id, version DESC) s GROUP BY tenant ORDER BY tenant`
+	rows, err := s.pool.Query(ctx, q, typeNames(terminal), string(domain.EventReceiptRecorded))
+	if err != nil {
+		return nil, fmt.Errorf("count partition %s: %w", p.Name, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (retention.TenantCount, error) {
+		var c retention.TenantCount
+		return c, r.Scan(&c.Tenant, &c.Deliveries, &c.Open)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count partition %s: %w", p.Name, err)
+	}
+	return out, nil
+}
+
+func typeNames(ts []domain.EventType) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return out
+}
+
+const segmentBegin = `INSERT INTO archive_segments (id, state, from_at, to_at, tenants) VALUES ($1, 'archiving', $2, $3, $4)
+ON CONFLICT (id) DO UPDATE SET tenants = EXCLUDED.tenants WHERE archive_segments.state = 'archiving'`
+
+// Begin records the partition's segment as archiving.
+func (s *RetentionStore) Begin(ctx context.Context, p retention.Partition, tenants []string) error {
+	if _, err := s.pool.Exec(ctx, segmentBegin, p.Name, nullTime(p.From), p.To, tenants); err != nil {
+		return fmt.Errorf("begin segment %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Detach takes the partition out of the history with DETACH ... CONCURRENTLY, which waits for
+// the transactions that may use it but takes no lock that writes wait for; a detach a crash
+// left pending is finished.
+func (s *RetentionStore) Detach(ctx context.Context, p retention.Partition) error {
+	return detachPartition(ctx, s.pool, historyTable, p.Name)
+}
+
+const detachState = `SELECT i.inhdetachpending FROM pg_inherits i
+WHERE i.inhrelid = to_regclass($1) AND i.inhparent = to_regclass($2)`
+
+// detachPartition detaches name from table, if it is attached, and finishes a pending detach.
+func detachPartition(ctx context.Context, pool *pgxpool.Pool, table, name string) error {
+	var pending bool
+	switch err := pool.QueryRow(ctx, detachState, name, table).Scan(&pending); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // not attached
+	case err != nil:
+		return fmt.Errorf("detach %s: %w", name, err)
+	}
+	sql := `ALTER TABLE ` + pgx.Identifier{table}.Sanitize() + ` DETACH PARTITION ` + pgx.Identifier{name}.Sanitize()
+	if pending {
+		sql += ` FINALIZE`
+	} else {
+		sql += ` CONCURRENTLY`
+	}
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("detach %s: %w", name, err)
+	}
+	return nil
+}
+
+// Reattach attaches the partition again and forgets its segment.
+func (s *RetentionStore) Reattach(ctx context.Context, p retention.Partition) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var attached bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1))`, p.Name).Scan(&attached); err != nil {
+			return err
+		}
+		if !attached {
+			sql := `ALTER TABLE ` + pgx.Identifier{historyTable}.Sanitize() + ` ATTACH PARTITION ` + pgx.Identifier{p.Name}.Sanitize() +
+				` FOR VALUES FROM (` + partitionBound(KeyDeliveryID, p.From) + `) TO (` + partitionBound(KeyDeliveryID, p.To) + `)`
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("attach %s again: %w", p.Name, err)
+			}
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM archive_segments WHERE id = $1 AND state = 'archiving'`, p.Name)
+		return err
+	})
+}
+
+// Events streams the detached partition's events in log order, accepted events with their
+// payload, as `ledger export` writes them.
+func (s *RetentionStore) Events(ctx context.Context, p retention.Partition, emit func(projections.LoggedEvent) error) error {
+	rows, err := s.pool.Query(ctx, exportOf(pgx.Identifier{p.Name}.Sanitize()))
+	if err != nil {
+		return fmt.Errorf("read partition %s: %w", p.Name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		le, err := scanLogged(rows)
+		if err != nil {
+			return fmt.Errorf("read partition %s: %w", p.Name, err)
+		}
+		if err := emit(le); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Counters sums what leaves with the partition per (tenant, channel, state): the deliveries
+// that end there (their latest event that says a state) and every transition into it.
+func (s *RetentionStore) Counters(ctx context.Context, p retention.Partition, states func(domain.EventType) (domain.State, bool)) ([]retention.Counter, error) {
+	name := pgx.Identifier{p.Name}.Sanitize()
+	q := `WITH acc AS (SELECT delivery_id, tenant, data->>'channel' AS channel FROM ` + name + ` WHERE version = 1),
+last AS (SELECT DISTINCT ON (delivery_id) delivery_id, type FROM ` + name + ` WHERE type <> $1 ORDER BY delivery_id, version DESC)
+SELECT a.tenant, a.channel, e.type, count(*), 0::bigint FROM ` + name + ` e JOIN acc a USING (delivery_id) WHERE e.type <> $1 GROUP BY 1, 2, 3
+UNION ALL
+SELECT a.tenant, a.channel, l.type, 0::bigint, count(*) FROM last l JOIN acc a USING (delivery_id) GROUP BY 1, 2, 3`
+	rows, err := s.pool.Query(ctx, q, string(domain.EventReceiptRecorded))
+	if err != nil {
+		return nil, fmt.Errorf("count partition %s: %w", p.Name, err)
+	}
+	type key struct{ tenant, channel, state string }
+	sums := map[key]*retention.Counter{}
+	var order []key
+	var tenant, channel, typ string
+	var entered, ended int64
+	if _, err := pgx.ForEachRow(rows, []any{&tenant, &channel, &typ, &entered, &ended}, func() error {
+		st, ok := states(domain.EventType(typ))
+		if !ok {
+			return fmt.Errorf("event type %q leads to no single state", typ)
+		}
+		k := key{tenant, channel, string(st)}
+		c := sums[k]
+		if c == nil {
+			c = &retention.Counter{Tenant: tenant, Channel: channel, State: string(st)}
+			sums[k] = c
+			order = append(order, k)
+		}
+		c.Entered += entered
+		c.Deliveries += ended
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count partition %s: %w", p.Name, err)
+	}
+	out := make([]retention.Counter, 0, len(order))
+	for _, k := range order {
+		out = append(out, *sums[k])
+	}
+	return out, nil
+}
+
+const segmentFinish = `UPDATE archive_segments SET state = 'archived', manifest = $2, counters = $3,
+	deliveries = $4, events = $5, archived_at = now()
+WHERE id = $1 AND state = 'archiving'`
+
+// Finish checks the partition's rows against the manifest once more (their count), records the
+// segment archived and drops the partition in one transaction, then drops what follows it out.
+func (s *RetentionStore) Finish(ctx context.Context, p retention.Partition, m archive.Manifest, counters []retention.Counter) error {
+	name := pgx.Identifier{p.Name}.Sanitize()
+	manifest, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	counts, err := json.Marshal(counters)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var events, deliveries int64
+		if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE version = 1) FROM `+name).Scan(&events, &deliveries); err != nil {
+			return err
+		}
+		if events != m.Events || deliveries != m.Deliveries {
+			return fmt.Errorf("%w: partition %s holds %d events of %d deliveries, the archive %d of %d",
+				retention.ErrCheckFailed, p.Name, events, deliveries, m.Events, m.Deliveries)
+		}
+		tag, err := tx.Exec(ctx, segmentFinish, p.Name, manifest, counts, deliveries, events)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("segment %s is not archiving", p.Name)
+		}
+		_, err = tx.Exec(ctx, `DROP TABLE `+name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("finish segment %s: %w", p.Name, err)
+	}
+	_, err = s.DropFollowers(ctx)
+	return err
+}
+
+// DropFollowers detaches and drops the partitions of the follower tables that no partition of
+// the history overlaps any more (their deliveries all left), and returns how many. The views'
+// partitions wait until every projection has applied the events that left: the projector may
+// still write a row there.
+func (s *RetentionStore) DropFollowers(ctx context.Context) (int, error) {
+	history, err := s.Partitions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(history) == 0 {
+		return 0, nil
+	}
+	dropped := 0
+	for _, table := range followerTables {
+		if !isPartitioned(table) {
+			continue
+		}
+		parts, err := Partitions(ctx, s.pool, table)
+		if err != nil {
+			return dropped, err
+		}
+		for _, f := range parts {
+			// Only what lies wholly before the oldest partition still in the history: its
+			// deliveries all left (a range between two live partitions waits for the older).
+			if history[0].From.IsZero() || f.To.After(history[0].From) {
+				continue
+			}
+			if err := detachPartition(ctx, s.pool, table, f.Name); err != nil {
+				return dropped, err
+			}
+			if _, err := s.pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{f.Name}.Sanitize()); err != nil {
+				return dropped, fmt.Errorf("drop %s: %w", f.Name, err)
+			}
+			dropped++
+		}
+	}
+	return dropped, nil
+}
+
+func isPartitioned(table string) bool {
+	for _, t := range partitionedTables {
+		if t.Name == table {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,297 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/deliveryledger/ledger/adapters/archive"
+	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
+)
+
+// Partition is one time partition of the history: the deliveries accepted in [From, To) (a zero
+// From: everything before To).
+type Partition struct {
+	Name     string
+	From, To time.Time
+	// Detached: a pass took it out of the history and did not finish (a crash, a failed check).
+	Detached bool
+}
+
+// TenantCount is what a partition holds of one tenant.
+type TenantCount struct {
+	Tenant     string
+	Deliveries int64
+	// Open counts the deliveries not in a terminal state (retrying, unknown, awaiting a
+	// receipt, scheduled...): any of them holds the partition.
+	Open int64
+}
+
+// Counter is what left with a segment of one (tenant, channel, state): the deliveries that
+// ended in it and the transitions into it, so whole-life counters stay right without the rows.
+type Counter struct {
+	Tenant     string `json:"tenant"`
+	Channel    string `json:"channel"`
+	State      string `json:"state"`
+	Deliveries int64  `json:"deliveries"`
+	Entered    int64  `json:"entered"`
+}
+
+// Store is what the pass needs of the hot store (postgres.RetentionStore).
+type Store interface {
+	// Partitions lists the history's partitions, oldest first, those a pass detached included.
+	Partitions(ctx context.Context) ([]Partition, error)
+	// Tenants counts a partition's deliveries per tenant; terminal names the event types that
+	// end a delivery.
+	Tenants(ctx context.Context, p Partition, terminal []domain.EventType) ([]TenantCount, error)
+	// Begin records that p is leaving (its segment 'archiving', with its tenants): from then
+	// on a read of one of its deliveries answers archived.
+	Begin(ctx context.Context, p Partition, tenants []string) error
+	// Detach takes p out of the history, waiting for the transactions that may use it: no write
+	// enters it after. A partition already detached is left as it is.
+	Detach(ctx context.Context, p Partition) error
+	// Reattach puts a detached p back and removes its segment row: it may not leave yet.
+	Reattach(ctx context.Context, p Partition) error
+	// Events calls emit for each event of the detached p, in log order, with its payload.
+	Events(ctx context.Context, p Partition, emit func(projections.LoggedEvent) error) error
+	// Counters sums what leaves with p per (tenant, channel, state).
+	Counters(ctx context.Context, p Partition, states func(domain.EventType) (domain.State, bool)) ([]Counter, error)
+	// Finish records p's segment archived with its manifest and counters and drops p, then the
+	// partitions of the tables that follow the history (views, payloads, accept answers) that
+	// no partition of the history overlaps any more.
+	Finish(ctx context.Context, p Partition, m archive.Manifest, counters []Counter) error
+}
+
+// Archive is where leaving partitions go: archive.Store's Put.
+type Archive interface {
+	Put(ctx context.Context, seg archive.Segment, events func(emit func(projections.LoggedEvent) error) error) (archive.Manifest, error)
+	Manifests(ctx context.Context) ([]archive.Manifest, error)
+}
+
+// Observer hears what a pass did, for metrics.
+type Observer interface {
+	// Archived: a partition left, with so many events.
+	Archived(events int64)
+	// Held counts the partitions that are past their keep and may not leave, and how many of
+	// them are held past twice their keep.
+	Held(held, overdue int)
+	// Failed: a partition's archive check failed; it stays.
+	Failed()
+}
+
+// Pass moves partitions whose deliveries are all terminal and older than their tenants' keep
+// from the hot store to the archive: it records the segment, detaches the partition, counts it
+// again (a write may have entered it before the detach), has the archive write it, read it back
+// and check it against the rows, and only then drops it. Anything else leaves the partition
+// where it is, attached again, and is tried at the next round.
+type Pass struct {
+	Store    Store
+	Archive  Archive
+	Config   Config
+	Observer Observer
+	Logger   *slog.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// ErrCheckFailed: what the archive holds is not what the partition held; nothing was dropped.
+var ErrCheckFailed = errors.New("archive check failed")
+
+// Round runs one pass over the partitions and returns how many left.
+func (p *Pass) Round(ctx context.Context) (int, error) {
+	if p.Config.Keep == 0 {
+		return 0, nil
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	parts, err := p.Store.Partitions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	terminal := terminalTypes()
+	left, held, overdue := 0, 0, 0
+	var errs []error
+	for _, part := range parts {
+		if part.To.Add(p.shortestKeep()).After(now()) {
+			break // oldest first: nothing later is older than any keep either
+		}
+		ok, pastTwice, err := p.mayLeave(ctx, part, terminal, now())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			held++
+			if pastTwice {
+				overdue++
+			}
+			continue
+		}
+		moved, err := p.leave(ctx, part, terminal, now())
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("partition %s: %w", part.Name, err))
+			if errors.Is(err, ErrCheckFailed) && p.Observer != nil {
+				p.Observer.Failed()
+			}
+		case moved:
+			left++
+		default:
+			held++
+		}
+	}
+	if p.Observer != nil {
+		p.Observer.Held(held, overdue)
+	}
+	return left, errors.Join(errs...)
+}
+
+// shortestKeep is the least keep of any tenant: a partition younger than it cannot leave.
+func (p *Pass) shortestKeep() time.Duration {
+	k := p.Config.Keep
+	for _, t := range p.Config.Tenants {
+		if t.Keep > 0 {
+			k = min(k, t.Keep)
+		}
+	}
+	return k
+}
+
+// mayLeave says whether every delivery of part is terminal and older than its tenant's keep,
+// and, when not, whether part is held past twice the keep that applies.
+func (p *Pass) mayLeave(ctx context.Context, part Partition, terminal []domain.EventType, now time.Time) (ok, pastTwice bool, err error) {
+	counts, err := p.Store.Tenants(ctx, part, terminal)
+	if err != nil {
+		return false, false, err
+	}
+	ok = true
+	for _, c := range counts {
+		keep := p.Config.KeepOf(c.Tenant)
+		if part.To.Add(keep).After(now) {
+			ok = false // a tenant that keeps longer holds the shared partition; not overdue
+			continue
+		}
+		if c.Open > 0 {
+			ok = false
+			pastTwice = pastTwice || !part.To.Add(2*keep).After(now)
+		}
+	}
+	return ok, pastTwice, nil
+}
+
+// leave moves one partition to the archive, or puts it back. It reports whether it left.
+func (p *Pass) leave(ctx context.Context, part Partition, terminal []domain.EventType, now time.Time) (bool, error) {
+	counts, err := p.Store.Tenants(ctx, part, terminal)
+	if err != nil {
+		return false, err
+	}
+	tenants := make([]string, 0, len(counts))
+	for _, c := range counts {
+		tenants = append(tenants, c.Tenant)
+	}
+	slices.Sort(tenants)
+	if err := p.Store.Begin(ctx, part, tenants); err != nil {
+		return false, err
+	}
+	if err := p.Store.Detach(ctx, part); err != nil {
+		return false, err
+	}
+	left, err := p.archive(ctx, part, terminal, now)
+	if err != nil || !left {
+		// Whatever stopped it, the partition goes back where writes find it.
+		if rerr := p.Store.Reattach(ctx, part); rerr != nil {
+			return false, errors.Join(err, fmt.Errorf("attach again: %w", rerr))
+		}
+	}
+	return left, err
+}
+
+// archive has a detached partition written to the archive, checked and dropped; it reports
+// false, nil when the partition may not leave after all.
+func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.EventType, now time.Time) (bool, error) {
+	// Counted again on the detached table: nothing can enter it now, and a replay or a late
+	// receipt may have entered it before the detach.
+	ok, _, err := p.mayLeave(ctx, part, terminal, now)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, nil
+	}
+	seg := archive.Segment{ID: part.Name, Partition: part.Name, From: part.From, To: part.To}
+	m, err := p.Archive.Put(ctx, seg, func(emit func(projections.LoggedEvent) error) error {
+		return p.Store.Events(ctx, part, emit)
+	})
+	if errors.Is(err, archive.ErrExists) {
+		// A pass wrote it and stopped before the drop: the manifest is only written once the
+		// file was read back and checked, so it stands; Finish compares its counts.
+		m, err = p.manifest(ctx, part.Name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrCheckFailed, err)
+	}
+	counters, err := p.Store.Counters(ctx, part, func(t domain.EventType) (domain.State, bool) {
+		s, err := projections.StateAfter(t)
+		return s, err == nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if err := p.Store.Finish(ctx, part, m, counters); err != nil {
+		return false, err
+	}
+	if p.Observer != nil {
+		p.Observer.Archived(m.Events)
+	}
+	if p.Logger != nil {
+		p.Logger.Info("partition archived and dropped", "partition", part.Name, "events", m.Events,
+			"deliveries", m.Deliveries, "bytes", m.Bytes, "file", m.File)
+	}
+	return true, nil
+}
+
+func (p *Pass) manifest(ctx context.Context, id string) (archive.Manifest, error) {
+	all, err := p.Archive.Manifests(ctx)
+	if err != nil {
+		return archive.Manifest{}, err
+	}
+	for _, m := range all {
+		if m.ID == id {
+			return m, nil
+		}
+	}
+	return archive.Manifest{}, fmt.Errorf("segment %s: exists but has no manifest", id)
+}
+
+// terminalTypes are the event types after which a delivery is terminal.
+func terminalTypes() []domain.EventType {
+	var out []domain.EventType
+	for _, t := range domain.EventTypes {
+		if s, err := projections.StateAfter(t); err == nil && !domain.Preserving(t) && s.Terminal() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Run runs a round at each interval until ctx ends.
+func (p *Pass) Run(ctx context.Context, interval time.Duration) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		if _, err := p.Round(ctx); err != nil && ctx.Err() == nil && p.Logger != nil {
+			p.Logger.Error("retention round failed; the partitions stay", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
