@@ -25,6 +25,10 @@ const (
 	manifestSuffix = ".manifest.json"
 )
 
+// fileMode is a segment's files': the group (auditors, a backup job) may read them, where a
+// temporary file's 0600 would leave them to the ledger's user alone.
+const fileMode = 0o640
+
 // Dir is the archive in a directory of a local (or mounted) file system: segment ID is the file
 // ID.jsonl.zst and its manifest ID.manifest.json, side by side in Root. Put of one ID must not run
 // in two processes at once (the retention pass runs alone); Puts of different IDs may.
@@ -102,6 +106,9 @@ func (d *Dir) Put(ctx context.Context, seg Segment, events func(emit func(projec
 		}
 	}()
 	written, err := writeSegment(ctx, f, events)
+	if err == nil {
+		err = f.Chmod(fileMode)
+	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -234,6 +241,9 @@ func (d *Dir) writeManifest(m Manifest) error {
 	tmp := f.Name()
 	defer os.Remove(tmp)
 	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Chmod(fileMode)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
