@@ -107,7 +107,9 @@ type Store interface {
 	// returns an error wrapping ErrCheckFailed. Put of an ID whose manifest exists returns
 	// ErrExists. An error from events or emit's caller stops Put, leaving no manifest.
 	Put(ctx context.Context, seg Segment, events func(emit func(projections.LoggedEvent) error) error) (Manifest, error)
-	// Manifests lists every manifest, ordered by From (then ID).
+	// Manifests lists every manifest, ordered by From (then ID). A manifest that cannot be read
+	// as one is left out and named in the error, which then wraps ErrCheckFailed while the
+	// others are still returned: a verify reports every damage, not the first.
 	Manifests(ctx context.Context) ([]Manifest, error)
 	// Verify re-reads a segment and checks it against its manifest (file SHA-256, size, lines
 	// SHA-256, counts, first/last positions); the error wraps ErrCheckFailed on a mismatch and

@@ -314,14 +314,14 @@ func (d *Dir) readManifest(id string) (Manifest, error) {
 	return m, nil
 }
 
-// Manifests implements Store. A manifest that does not decode is an error wrapping
-// ErrCheckFailed, naming it.
+// Manifests implements Store.
 func (d *Dir) Manifests(ctx context.Context) ([]Manifest, error) {
 	entries, err := os.ReadDir(d.Root)
 	if err != nil {
 		return nil, fmt.Errorf("list segments: %w", err)
 	}
 	var ms []Manifest
+	var damaged []error
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), manifestSuffix)
 		if !ok || e.IsDir() || strings.HasPrefix(e.Name(), ".") {
@@ -331,7 +331,11 @@ func (d *Dir) Manifests(ctx context.Context) ([]Manifest, error) {
 			return nil, err
 		}
 		m, err := d.readManifest(id)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrCheckFailed):
+			damaged = append(damaged, err)
+			continue
+		case err != nil:
 			return nil, fmt.Errorf("list segments: %w", err)
 		}
 		ms = append(ms, m)
@@ -342,6 +346,9 @@ func (d *Dir) Manifests(ctx context.Context) ([]Manifest, error) {
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
+	if len(damaged) > 0 {
+		return ms, fmt.Errorf("list segments: %w", errors.Join(damaged...))
+	}
 	return ms, nil
 }
 

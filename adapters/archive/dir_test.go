@@ -502,6 +502,22 @@ func TestHistoryReadsTheSegmentOfTheDeliveryTime(t *testing.T) {
 	if _, _, err := archive.History(ctx, d, commands.DeliveryID("nosuch", commands.Recipient{Channel: "webhook"}, t0.Add(time.Hour))); !errors.Is(err, archive.ErrNotFound) {
 		t.Fatalf("history of an unknown delivery: %v", err)
 	}
+
+	// A manifest that no longer decodes is named, and hides neither the others nor their
+	// deliveries.
+	if err := os.WriteFile(filepath.Join(d.Root, "april.manifest.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := d.Manifests(ctx); !errors.Is(err, archive.ErrCheckFailed) || !strings.Contains(err.Error(), "april") ||
+		len(ms) != 1 || ms[0].ID != "may" {
+		t.Fatalf("manifests with one damaged: %+v, %v", ms, err)
+	}
+	if _, _, err := archive.History(ctx, d, id); err != nil {
+		t.Fatalf("history beside a damaged manifest: %v", err)
+	}
+	if _, _, err := archive.History(ctx, d, april[0].DeliveryID); !errors.Is(err, archive.ErrCheckFailed) {
+		t.Fatalf("history of a delivery whose manifest is damaged: %v, want ErrCheckFailed", err)
+	}
 }
 
 func TestDeliveryTimeReadsTheIDsMilliseconds(t *testing.T) {

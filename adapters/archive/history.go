@@ -52,9 +52,11 @@ func Holding(ms []Manifest, deliveryID string) []Manifest {
 // from. It reads only the segments that hold the id's time (Holding); an id in none of them is
 // an error wrapping ErrNotFound.
 func History(ctx context.Context, s Store, deliveryID string) ([]Line, []Manifest, error) {
-	ms, err := s.Manifests(ctx)
-	if err != nil {
-		return nil, nil, err
+	// A damaged manifest does not hide the others' deliveries; it is named if the delivery is
+	// found nowhere else.
+	ms, listErr := s.Manifests(ctx)
+	if listErr != nil && !errors.Is(listErr, ErrCheckFailed) {
+		return nil, nil, listErr
 	}
 	var lines []Line
 	var from []Manifest
@@ -73,6 +75,9 @@ func History(ctx context.Context, s Store, deliveryID string) ([]Line, []Manifes
 		if found {
 			from = append(from, m)
 		}
+	}
+	if len(lines) == 0 && listErr != nil {
+		return nil, nil, fmt.Errorf("delivery %s: in no readable segment: %w", deliveryID, listErr)
 	}
 	if len(lines) == 0 {
 		return nil, nil, fmt.Errorf("delivery %s: %w", deliveryID, ErrNotFound)

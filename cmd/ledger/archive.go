@@ -107,16 +107,25 @@ func archiveVerify(ctx context.Context, dir string, stdout, stderr io.Writer) er
 		return err
 	}
 	ms, err := store.Manifests(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, archive.ErrCheckFailed) {
 		return err
 	}
-	if len(ms) == 0 {
+	var failed, events int64
+	total := len(ms)
+	if err != nil {
+		// Manifests that cannot be read: each is a failed segment, and the others are checked.
+		for _, e := range unjoin(err) {
+			failed++
+			total++
+			fmt.Fprintf(stdout, "FAILED: %v\n", e)
+		}
+	}
+	if total == 0 {
 		fmt.Fprintf(stdout, "no segments in %s\n", dir)
 		return nil
 	}
 	prog := newProgress(stderr, "archive verify")
 	prog.quiet = !isTerminal(stderr)
-	var failed, events int64
 	for i, m := range ms {
 		prog.update("verifying "+m.ID, int64(i), int64(len(ms)), int64(i), true)
 		if _, err := store.Verify(ctx, m.ID); err != nil {
@@ -134,11 +143,21 @@ func archiveVerify(ctx context.Context, dir string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "%s\t%d events\tok\n", m.ID, m.Events)
 	}
 	if failed > 0 {
-		fmt.Fprintf(stdout, "%d of %d segments failed their check\n", failed, len(ms))
-		return fmt.Errorf("%w (%d of %d in %s)", errArchiveDamaged, failed, len(ms), dir)
+		fmt.Fprintf(stdout, "%d of %d segments failed their check\n", failed, total)
+		return fmt.Errorf("%w (%d of %d in %s)", errArchiveDamaged, failed, total, dir)
 	}
 	fmt.Fprintf(stdout, "%d segments, %d events: all ok\n", len(ms), events)
 	return nil
+}
+
+// unjoin lists the errors errors.Join put together under err's wrapping, or err alone.
+func unjoin(err error) []error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			return j.Unwrap()
+		}
+	}
+	return []error{err}
 }
 
 func archiveShow(ctx context.Context, dir, id string, asJSON bool, stdout io.Writer) error {

@@ -144,6 +144,15 @@ func TestArchiveVerifyAndShowCommands(t *testing.T) {
 		!strings.Contains(out, "1 of 2 segments failed their check\n") || !strings.Contains(errOut, "fail their check") {
 		t.Fatalf("verify of a damaged archive: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	// A manifest that does not decode is one more failed segment; the others are still checked.
+	if err := os.WriteFile(filepath.Join(dir, "events_2026_03.manifest.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = ledgerCmd(t, "archive", "verify", dir)
+	if code != 1 || !strings.Contains(out, "FAILED: segment events_2026_03: ") || !strings.Contains(out, "events_2026_04\t12 events\tok\n") ||
+		!strings.Contains(out, "2 of 3 segments failed their check\n") {
+		t.Fatalf("verify beside a manifest that does not decode: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }
 
 // TestArchiveHoldsWhatExportWrites: a segment put from the database's events holds, byte for
