@@ -124,23 +124,27 @@ func archiveVerify(ctx context.Context, dir string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "no segments in %s\n", dir)
 		return nil
 	}
-	prog := newProgress(stderr, "archive verify")
-	prog.quiet = !isTerminal(stderr)
+	// On a terminal, the segment being read shows on stderr (a large one takes minutes) and is
+	// cleared before its result line.
+	tty := isTerminal(stderr)
 	for i, m := range ms {
-		prog.update("verifying "+m.ID, int64(i), int64(len(ms)), int64(i), true)
-		if _, err := store.Verify(ctx, m.ID); err != nil {
-			if !errors.Is(err, archive.ErrCheckFailed) {
-				prog.done()
-				return err
-			}
-			failed++
-			prog.done()
-			fmt.Fprintf(stdout, "%s\t%d events\tFAILED: %v\n", m.ID, m.Events, err)
-			continue
+		if tty {
+			fmt.Fprintf(stderr, "\rarchive verify: reading %s (%d of %d, %d events)\033[K", m.ID, i+1, len(ms), m.Events)
 		}
-		events += m.Events
-		prog.done()
-		fmt.Fprintf(stdout, "%s\t%d events\tok\n", m.ID, m.Events)
+		_, err := store.Verify(ctx, m.ID)
+		if tty {
+			fmt.Fprint(stderr, "\r\033[K")
+		}
+		switch {
+		case errors.Is(err, archive.ErrCheckFailed):
+			failed++
+			fmt.Fprintf(stdout, "%s\t%d events\tFAILED: %v\n", m.ID, m.Events, err)
+		case err != nil:
+			return err
+		default:
+			events += m.Events
+			fmt.Fprintf(stdout, "%s\t%d events\tok\n", m.ID, m.Events)
+		}
 	}
 	if failed > 0 {
 		fmt.Fprintf(stdout, "%d of %d segments failed their check\n", failed, total)
