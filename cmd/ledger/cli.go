@@ -253,9 +253,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := &ffcli.Command{
 		ShortUsage:  "ledger <command> [flags]",
 		ShortHelp:   "an event-sourced delivery ledger for notifications",
-		LongHelp:    "Commands: migrate, serve, config, projections, export, sink, bench; through the HTTP API: deliveries, notifications, dlq, replay, replays, reconcile, suppressions, preferences. Run `ledger <command> --help` for a command's flags.",
+		LongHelp:    "Commands: migrate, serve, config, projections, export, archive, sink, bench; through the HTTP API: deliveries, notifications, dlq, replay, replays, reconcile, suppressions, preferences. Run `ledger <command> --help` for a command's flags.",
 		FlagSet:     rootFS,
-		Subcommands: append([]*ffcli.Command{migrate, serve, configCmd, projectionsCommand(stdout, stderr), exportCommand(stdout, stderr), sink, bench}, ops.commands()...),
+		Subcommands: append([]*ffcli.Command{migrate, serve, configCmd, projectionsCommand(stdout, stderr), exportCommand(stdout, stderr), archiveCommand(stdout, stderr), sink, bench}, ops.commands()...),
 		Exec: func(context.Context, []string) error {
 			return flag.ErrHelp
 		},

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,9 +15,9 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/deliveryledger/ledger/adapters/archive"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/cmd/internal/app"
-	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
 
@@ -269,22 +268,6 @@ func exportCommand(stdout, stderr io.Writer) *ffcli.Command {
 	}
 }
 
-// exportLine is one line of `ledger export`.
-type exportLine struct {
-	Position      int64            `json:"position"`
-	TransactionID string           `json:"transaction_id"`
-	DeliveryID    string           `json:"delivery_id"`
-	Tenant        string           `json:"tenant"`
-	Version       int              `json:"version"`
-	Type          domain.EventType `json:"type"`
-	// State is the state the event leads to; absent for an event that keeps whatever state it
-	// finds (a receipt).
-	State          domain.State    `json:"state,omitempty"`
-	RecordedAt     time.Time       `json:"recorded_at"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	Data           json.RawMessage `json:"data"`
-}
-
 func exportLog(ctx context.Context, cfg app.Config, r postgres.LogRange, out string, stdout, stderr io.Writer) (err error) {
 	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
@@ -316,20 +299,16 @@ func exportLog(ctx context.Context, cfg app.Config, r postgres.LogRange, out str
 	prog := newProgress(stderr, "export")
 	prog.quiet = !showProgress
 	w := bufio.NewWriterSize(dest, 1<<16)
-	enc := json.NewEncoder(w)
+	lw := archive.NewLineWriter(w)
 	var n int64
 	err = store.ExportLog(ctx, r, func(e projections.LoggedEvent) error {
-		var state domain.State
-		if !domain.Preserving(e.Type) {
-			if state, err = projections.StateAfter(e.Type); err != nil {
-				return err
-			}
+		l, err := archive.LineOf(e)
+		if err != nil {
+			return err
 		}
 		n++
 		prog.update("exporting", n, max(total, n), n, false)
-		return enc.Encode(exportLine{Position: e.Position, TransactionID: fmt.Sprint(e.At.TransactionID),
-			DeliveryID: e.DeliveryID, Tenant: e.Tenant, Version: e.Version, Type: e.Type, State: state,
-			RecordedAt: e.RecordedAt, IdempotencyKey: e.Key, Data: e.Data})
+		return lw.Write(l)
 	})
 	prog.done()
 	if err != nil {
