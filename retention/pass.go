@@ -60,16 +60,14 @@ type Store interface {
 	Events(ctx context.Context, p Partition, emit func(projections.LoggedEvent) error) error
 	// Counters sums what leaves with p per (tenant, channel, state).
 	Counters(ctx context.Context, p Partition, states func(domain.EventType) (domain.State, bool)) ([]Counter, error)
+	// Exclusive runs fn while no other process runs a pass (an advisory lock), and reports
+	// false without running it when another holds the lock: two passes must not write one
+	// segment at once.
+	Exclusive(ctx context.Context, fn func() error) (bool, error)
 	// Finish records p's segment archived with its manifest and counters and drops p, then the
 	// partitions of the tables that follow the history (views, payloads, accept answers) that
 	// no partition of the history overlaps any more.
 	Finish(ctx context.Context, p Partition, m archive.Manifest, counters []Counter) error
-}
-
-// Archive is where leaving partitions go: archive.Store's Put.
-type Archive interface {
-	Put(ctx context.Context, seg archive.Segment, events func(emit func(projections.LoggedEvent) error) error) (archive.Manifest, error)
-	Manifests(ctx context.Context) ([]archive.Manifest, error)
 }
 
 // Observer hears what a pass did, for metrics.
@@ -89,8 +87,9 @@ type Observer interface {
 // and check it against the rows, and only then drops it. Anything else leaves the partition
 // where it is, attached again, and is tried at the next round.
 type Pass struct {
-	Store    Store
-	Archive  Archive
+	Store Store
+	// Archive is where leaving partitions go (archive.Dir).
+	Archive  archive.Store
 	Config   Config
 	Observer Observer
 	Logger   *slog.Logger
@@ -101,11 +100,22 @@ type Pass struct {
 // ErrCheckFailed: what the archive holds is not what the partition held; nothing was dropped.
 var ErrCheckFailed = errors.New("archive check failed")
 
-// Round runs one pass over the partitions and returns how many left.
+// Round runs one pass over the partitions, unless another process is running one, and returns
+// how many left.
 func (p *Pass) Round(ctx context.Context) (int, error) {
 	if p.Config.Keep == 0 {
 		return 0, nil
 	}
+	left := 0
+	_, err := p.Store.Exclusive(ctx, func() error {
+		var err error
+		left, err = p.round(ctx)
+		return err
+	})
+	return left, err
+}
+
+func (p *Pass) round(ctx context.Context) (int, error) {
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
@@ -232,6 +242,13 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 		// A pass wrote it and stopped before the drop: the manifest is only written once the
 		// file was read back and checked, so it stands; Finish compares its counts.
 		m, err = p.manifest(ctx, part.Name)
+	}
+	if err == nil {
+		// The file was read back against the events as Put was given them; read the rows
+		// again, beside the archive, line by line.
+		err = archive.CompareRows(ctx, p.Archive, part.Name, func(emit func(projections.LoggedEvent) error) error {
+			return p.Store.Events(ctx, part, emit)
+		})
 	}
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrCheckFailed, err)

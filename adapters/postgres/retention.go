@@ -94,6 +94,24 @@ func partitionOfName(table, name string) (Partition, bool) {
 	return p, true
 }
 
+// retentionLockID keeps retention passes of several processes apart.
+const retentionLockID = 7401527
+
+// Exclusive runs fn holding the retention lock, on a connection of its own, or reports false.
+func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("retention lock: %w", err)
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, retentionLockID).Scan(&got); err != nil || !got {
+		return false, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, retentionLockID) //nolint:errcheck
+	return true, fn()
+}
+
 // Tenants counts the partition's deliveries per tenant, and those whose latest event that says
 // a state does not end them.
 func (s *RetentionStore) Tenants(ctx context.Context, p retention.Partition, terminal []domain.EventType) ([]retention.TenantCount, error) {

@@ -8,13 +8,28 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/deliveryledger/ledger/adapters/archive"
+	"github.com/deliveryledger/ledger/cmd/internal/app"
 )
+
+// archiveDirOf is the retention.archive_dir of the configuration file at path ("" without a file
+// or without the key).
+func archiveDirOf(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	f, err := app.LoadFile(path, os.LookupEnv)
+	if err != nil {
+		return "", err
+	}
+	return f.Retention.ArchiveDir, nil
+}
 
 // errArchiveDamaged makes `ledger archive verify` exit non-zero.
 var errArchiveDamaged = errors.New("the archive holds segments that fail their check")
@@ -23,7 +38,8 @@ var errArchiveDamaged = errors.New("the archive holds segments that fail their c
 // only: they need no database, so an auditor can run them on a copy of the directory.
 func archiveCommand(stdout, stderr io.Writer) *ffcli.Command {
 	verifyFS := flag.NewFlagSet("ledger archive verify", flag.ContinueOnError)
-	verifyDir := verifyFS.String("dir", "", "the archive directory (retention.archive_dir); or give it as the operand")
+	verifyDir := verifyFS.String("dir", "", "the archive directory (default: the configuration file's retention.archive_dir); or give it as the operand")
+	verifyConfig := verifyFS.String("config", "", "the ledger's configuration file, for its retention.archive_dir when no directory is named (LEDGER_CONFIG)")
 	verify := &ffcli.Command{
 		Name:       "verify",
 		ShortUsage: "ledger archive verify [--dir] DIR",
@@ -49,13 +65,19 @@ func archiveCommand(stdout, stderr io.Writer) *ffcli.Command {
 		case len(ops) == 1:
 			dir = ops[0]
 		case dir == "":
-			return usagef(command, "name the archive directory: ledger archive verify DIR")
+			if dir, err = archiveDirOf(*verifyConfig); err != nil {
+				return err
+			}
+			if dir == "" {
+				return usagef(command, "name the archive directory: ledger archive verify DIR (or --config with retention.archive_dir)")
+			}
 		}
 		return archiveVerify(ctx, dir, stdout, stderr)
 	}
 
 	showFS := flag.NewFlagSet("ledger archive show", flag.ContinueOnError)
-	showDir := showFS.String("dir", "", "the archive directory (retention.archive_dir); required")
+	showDir := showFS.String("dir", "", "the archive directory (default: the configuration file's retention.archive_dir)")
+	showConfig := showFS.String("config", "", "the ledger's configuration file, for its retention.archive_dir when --dir is not given (LEDGER_CONFIG)")
 	asJSON := showFS.Bool("json", false, "print the events as JSON lines, as ledger export writes them")
 	show := &ffcli.Command{
 		Name:       "show",
@@ -77,10 +99,16 @@ func archiveCommand(stdout, stderr io.Writer) *ffcli.Command {
 		if len(ops) != 1 {
 			return usagef(command, "name one delivery id, got %d operands", len(ops))
 		}
-		if *showDir == "" {
-			return usagef(command, "--dir is required: the archive directory")
+		dir := *showDir
+		if dir == "" {
+			if dir, err = archiveDirOf(*showConfig); err != nil {
+				return err
+			}
 		}
-		return archiveShow(ctx, *showDir, ops[0], *asJSON, stdout)
+		if dir == "" {
+			return usagef(command, "name the archive directory: --dir DIR, or --config with retention.archive_dir")
+		}
+		return archiveShow(ctx, dir, ops[0], *asJSON, stdout)
 	}
 
 	fs := flag.NewFlagSet("ledger archive", flag.ContinueOnError)

@@ -23,8 +23,8 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
-	"github.com/deliveryledger/ledger/retention"
 	"github.com/deliveryledger/ledger/projections"
+	"github.com/deliveryledger/ledger/retention"
 	"github.com/deliveryledger/ledger/tracing"
 )
 
@@ -414,6 +414,15 @@ func (a *App) Run(ctx context.Context) error {
 		start("reconciler", func(ctx context.Context) error { return a.reconciler.Run(ctx, a.cfg.ReconcileInterval) })
 	}
 	if a.projector != nil {
+		// The retention pass runs where a projector does (the views it drops partitions of are
+		// the projector's); a lock keeps several such processes' passes apart.
+		pass, err := a.retentionPass()
+		if err != nil {
+			return err
+		}
+		if pass != nil {
+			start("retention", func(ctx context.Context) error { return pass.Run(ctx, a.retentionInterval()) })
+		}
 		start("projector", a.projector.Run)
 		start("waiting metrics", a.watchWaiting)
 	}

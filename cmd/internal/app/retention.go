@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/archive"
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/retention"
 )
 
 // partitionConfig is how the ledger's time partitions are cut (the file's retention.partition).
@@ -43,4 +46,23 @@ func (a *App) keepPartitions(ctx context.Context) error {
 			a.logger.Warn("partition maintenance failed; trying again", "err", err, "next_in", interval)
 		}
 	}
+}
+
+// retentionPass is the pass that moves old partitions to the archive, or nil when the file's
+// retention keeps everything.
+func (a *App) retentionPass() (*retention.Pass, error) {
+	if a.retention.Keep == 0 {
+		return nil, nil
+	}
+	dir, err := archive.NewDir(a.retention.ArchiveDir)
+	if err != nil {
+		return nil, fmt.Errorf("retention.archive_dir: %w", err)
+	}
+	return &retention.Pass{Store: postgres.NewRetentionStore(a.pool), Archive: dir, Config: a.retention,
+		Observer: a.metrics, Logger: a.logger.With("role", "retention")}, nil
+}
+
+// retentionInterval is how often the pass looks: a quarter partition, within [1s, 5m].
+func (a *App) retentionInterval() time.Duration {
+	return min(max(a.retention.PartitionWidth()/4, time.Second), 5*time.Minute)
 }
