@@ -76,6 +76,13 @@ type Schema struct {
 // New creates a schema, migrates it and registers its removal with t.Cleanup.
 func New(t testing.TB) *Schema {
 	t.Helper()
+	return NewWithPartitions(t, postgres.PartitionConfig{Width: time.Hour})
+}
+
+// NewWithPartitions is New with the time partitions cut as cfg says (a test of retention cuts
+// them seconds wide).
+func NewWithPartitions(t testing.TB, cfg postgres.PartitionConfig) *Schema {
+	t.Helper()
 	ctx := context.Background()
 	if err := ensureDatabase(ctx); err != nil {
 		t.Fatalf("test database: %v", err)
@@ -110,7 +117,7 @@ func New(t testing.TB) *Schema {
 	}
 	// Partitions as a process creates them at its start (app's partition maintenance), of a
 	// width a test can cross; a test of partitions makes its own.
-	if _, err := postgres.EnsurePartitions(ctx, pool, postgres.PartitionConfig{Width: time.Hour}, time.Now()); err != nil {
+	if _, err := postgres.EnsurePartitions(ctx, pool, cfg, time.Now()); err != nil {
 		t.Fatalf("partitions: %v", err)
 	}
 	u, _ := url.Parse(URL())
