@@ -24,7 +24,8 @@ type LogRange struct {
 // order. Unlike a follower it keeps no checkpoint, so it need not stop below the oldest running
 // transaction (which, anywhere in the cluster, would hide events that have long committed).
 // ORDER BY names the table's columns, not the text output column transaction_id. Accepted
-// events come with their payload, as Load gives them.
+// events come with their payload, as Load gives them: the payload of their notification and
+// accept time (ledger_delivery_time, migration 0019, reads it from the delivery id).
 const (
 	eventsExport = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
 	CASE WHEN p.payload IS NULL THEN e.data
@@ -32,6 +33,7 @@ const (
 	e.recorded_at, e.position, e.transaction_id::text
 FROM events e LEFT JOIN notification_payloads p
 	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'
+	AND p.accepted_at = ledger_delivery_time(e.delivery_id)
 WHERE ($1::timestamptz IS NULL OR e.recorded_at >= $1)
   AND ($2::timestamptz IS NULL OR e.recorded_at < $2)
 ORDER BY e.transaction_id, e.position`
