@@ -153,10 +153,10 @@ var channels = []string{"webhook", "sms"}
 
 func newHistory(t testing.TB, rng *rand.Rand, tenant string, now time.Time) *history {
 	t.Helper()
-	id := uuid.NewString()
+	id := uuid.Must(uuid.NewV7()).String()
 	priorities := []domain.Priority{domain.PriorityHigh, domain.PriorityNormal, domain.PriorityLow}
 	d, events, err := domain.Accept(domain.AcceptSpec{
-		ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
+		ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(),
 		Channel:   channels[rng.IntN(len(channels))],
 		Recipient: fmt.Sprintf("https://r%d.example.com/hook", rng.IntN(4)),
 		Payload:   json.RawMessage(`{"order":42}`), Priority: priorities[rng.IntN(3)],

@@ -19,8 +19,8 @@ import (
 // at endedAt with outcome (empty: it stays queued).
 func (b *bundle) ended(t *testing.T, tenant string, acceptedAt, endedAt time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
-	id := uuid.NewString()
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
+	id := uuid.Must(uuid.NewV7()).String()
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(),
 		Channel: "webhook", Recipient: "https://x.example.com/h", Payload: json.RawMessage(`{}`),
 		Priority: domain.PriorityNormal, MaxAttempts: 1, RequestKey: "ended-" + id}, acceptedAt.UTC())
 	if err != nil {

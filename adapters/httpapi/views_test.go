@@ -97,9 +97,9 @@ func (b *bundle) list(t *testing.T, path, apiKey string) listAnswer {
 // second later, ending in the outcome kind (empty: stays queued).
 func (b *bundle) story(t testing.TB, tenant, channel, recipient string, at time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
-	id := uuid.NewString()
+	id := uuid.Must(uuid.NewV7()).String()
 	now := at.UTC().Truncate(time.Microsecond)
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(),
 		Channel: channel, Recipient: recipient, Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal,
 		MaxAttempts: 1, RequestKey: "story-" + id}, now)
 	if err != nil {
@@ -245,8 +245,8 @@ func TestListEndpointsRefuseBadFilters(t *testing.T) {
 		{"/v1/dlq?state=delivered", "state"},
 		{"/v1/dlq?limit=-1", "limit"},
 		{"/v1/stats?tenant=globex", "tenant"},
-		{"/v1/deliveries/" + uuid.NewString() + "?as_of=noon", "as_of"},
-		{"/v1/deliveries/" + uuid.NewString() + "?asof=2026-01-01T00:00:00Z", "asof"},
+		{"/v1/deliveries/" + uuid.Must(uuid.NewV7()).String() + "?as_of=noon", "as_of"},
+		{"/v1/deliveries/" + uuid.Must(uuid.NewV7()).String() + "?asof=2026-01-01T00:00:00Z", "asof"},
 	} {
 		b.refusing().get(t, c.path, keyAcme).expectProblem(t, http.StatusBadRequest, c.field)
 	}

@@ -22,9 +22,9 @@ import (
 // deliver) started and delivered a second after that.
 func appendStory(t *testing.T, store *postgres.EventStore, tenant string, at time.Time, deliver bool) string {
 	t.Helper()
-	id := uuid.NewString()
+	id := uuid.Must(uuid.NewV7()).String()
 	at = at.UTC().Truncate(time.Microsecond)
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(),
 		Channel: "webhook", Recipient: "https://example.com/h", Payload: json.RawMessage(`{"n":1}`),
 		Priority: domain.PriorityNormal, MaxAttempts: 3, RequestKey: "k-" + id}, at)
 	if err != nil {

@@ -99,7 +99,7 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 	ctx := context.Background()
 
 	accepted, err := client.AcceptNotificationWithResponse(ctx,
-		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.NewString()},
+		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.Must(uuid.NewV7()).String()},
 		apiclient.NotificationRequest{
 			Payload:    apiclient.Payload{"text": "hello"},
 			Recipients: []apiclient.NotificationRecipient{{Channel: "webhook", Recipient: receiver.URL}},

@@ -1,0 +1,2 @@
+-- placeholder for h/views, h/outbox
+SELECT 1;
