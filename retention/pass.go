@@ -64,6 +64,8 @@ type Store interface {
 	// false without running it when another holds the lock: two passes must not write one
 	// segment at once.
 	Exclusive(ctx context.Context, fn func() error) (bool, error)
+	// DropEmpty drops p, detached and found empty, and forgets its segment row.
+	DropEmpty(ctx context.Context, p Partition) error
 	// Finish records p's segment archived with its manifest and counters and drops p, then the
 	// partitions of the tables that follow the history (views, payloads, accept answers) that
 	// no partition of the history overlaps any more.
@@ -180,6 +182,13 @@ func (p *Pass) mayLeave(ctx context.Context, part Partition, terminal []domain.E
 	if err != nil {
 		return false, false, err
 	}
+	ok, pastTwice = p.judge(part, counts, now)
+	return ok, pastTwice, nil
+}
+
+// judge says whether a partition of these counts may leave at now, and whether one held is
+// held past twice its keep.
+func (p *Pass) judge(part Partition, counts []TenantCount, now time.Time) (ok, pastTwice bool) {
 	ok = true
 	for _, c := range counts {
 		keep := p.Config.KeepOf(c.Tenant)
@@ -192,7 +201,7 @@ func (p *Pass) mayLeave(ctx context.Context, part Partition, terminal []domain.E
 			pastTwice = pastTwice || !part.To.Add(2*keep).After(now)
 		}
 	}
-	return ok, pastTwice, nil
+	return ok, pastTwice
 }
 
 // leave moves one partition to the archive, or puts it back. It reports whether it left.
@@ -227,12 +236,21 @@ func (p *Pass) leave(ctx context.Context, part Partition, terminal []domain.Even
 func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.EventType, now time.Time) (bool, error) {
 	// Counted again on the detached table: nothing can enter it now, and a replay or a late
 	// receipt may have entered it before the detach.
-	ok, _, err := p.mayLeave(ctx, part, terminal, now)
+	counts, err := p.Store.Tenants(ctx, part, terminal)
+	if err != nil {
+		return false, err
+	}
+	ok, _ := p.judge(part, counts, now)
 	if err != nil {
 		return false, err
 	}
 	if !ok {
 		return false, nil
+	}
+	if len(counts) == 0 {
+		// Nothing to archive (no delivery was accepted in its time): it leaves without a
+		// segment, and a read of an id in its range stays not found.
+		return true, p.Store.DropEmpty(ctx, part)
 	}
 	seg := archive.Segment{ID: part.Name, Partition: part.Name, From: part.From, To: part.To}
 	m, err := p.Archive.Put(ctx, seg, func(emit func(projections.LoggedEvent) error) error {

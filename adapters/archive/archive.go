@@ -35,7 +35,8 @@ var ErrNotFound = errors.New("not in the archive")
 
 // Segment names what leaves: one partition of the events table, covering delivery ids whose
 // UUIDv7 time is in [From, To). A delivery's events all live in the partition of its id, so a
-// segment holds whole streams.
+// segment holds whole streams. A zero From is the open lower bound: the table's first partition,
+// which holds everything from before the table was partitioned.
 type Segment struct {
 	// ID names the segment in the archive and its files' names: letters, digits, '.', '_' and
 	// '-', not starting with '.', at most 200 characters.
@@ -53,7 +54,7 @@ func (s Segment) Validate() error {
 	if !segmentID.MatchString(s.ID) {
 		errs = append(errs, fmt.Errorf("segment id %q: want 1 to 200 letters, digits, '.', '_' or '-', not starting with '.'", s.ID))
 	}
-	if s.From.IsZero() || s.To.IsZero() || !s.To.After(s.From) {
+	if s.To.IsZero() || !s.From.IsZero() && !s.To.After(s.From) {
 		errs = append(errs, fmt.Errorf("segment %q: [from %s, to %s) is not a time range", s.ID,
 			s.From.Format(time.RFC3339), s.To.Format(time.RFC3339)))
 	}

@@ -264,6 +264,30 @@ SELECT a.tenant, a.channel, l.type, 0::bigint, count(*) FROM last l JOIN acc a U
 	return out, nil
 }
 
+// DropEmpty drops a detached partition that holds no event, and its segment row.
+func (s *RetentionStore) DropEmpty(ctx context.Context, p retention.Partition) error {
+	name := pgx.Identifier{p.Name}.Sanitize()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var any bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+name+`)`).Scan(&any); err != nil {
+			return err
+		}
+		if any {
+			return fmt.Errorf("partition %s is not empty", p.Name)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM archive_segments WHERE id = $1 AND state = 'archiving'`, p.Name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DROP TABLE `+name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("drop empty partition %s: %w", p.Name, err)
+	}
+	_, err = s.DropFollowers(ctx)
+	return err
+}
+
 const segmentFinish = `UPDATE archive_segments SET state = 'archived', manifest = $2, counters = $3,
 	deliveries = $4, events = $5, archived_at = now()
 WHERE id = $1 AND state = 'archiving'`

@@ -32,8 +32,8 @@ type retentionBundle struct {
 
 // observed records what a pass reported.
 type observed struct {
-	mu                     sync.Mutex
-	archived               int64
+	mu                    sync.Mutex
+	archived              int64
 	held, overdue, failed int
 }
 
@@ -132,9 +132,11 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	b.pass.Config.Tenants = map[string]retention.TenantPolicy{"initech": {Keep: time.Hour}}
 	// Past twice keep for all three partitions, not past initech's keep.
 	b.pass.Now = func() time.Time { return time.Now().Add(20 * time.Second) }
-	left, err := b.pass.Round(ctx)
-	if err != nil || left != 1 {
-		t.Fatalf("round: %d left, %v", left, err)
+	if _, err := b.pass.Round(ctx); err != nil {
+		t.Fatalf("round: %v", err)
+	}
+	if ms, err := b.dir.Manifests(ctx); err != nil || len(ms) != 1 || ms[0].ID != goneAt {
+		t.Fatalf("archived segments %+v (%v): want only %s (empty partitions leave without one)", ms, err, goneAt)
 	}
 	if b.seen.archived != 12 || b.seen.held != 2 || b.seen.overdue != 1 || b.seen.failed != 0 {
 		t.Fatalf("observed %+v", b.seen)
@@ -179,6 +181,36 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	if left, err := b.pass.Round(ctx); err != nil || left != 0 {
 		t.Fatalf("second round: %d left, %v", left, err)
 	}
+	// Once the open delivery ends, its partition leaves too.
+	d, err := b.store.Load(ctx, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, err := domain.Rehydrate(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := del.Queue(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := del.StartAttempt("webhook", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := del.RecordOutcome(2, domain.Outcome{Kind: domain.OutcomeDelivered, StatusCode: 200}, domain.DefaultRetryPolicy(), time.Now(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Append(ctx, append(append(more, started...), done...), nil); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := b.pass.Round(ctx); err != nil || left != 1 || b.seen.held != 1 || b.seen.overdue != 0 {
+		t.Fatalf("round after the open delivery ended: %d left, %v, %+v", left, err, b.seen)
+	}
+	if _, err := b.store.LoadOf(ctx, "acme", open); !errors.As(err, new(*commands.ArchivedError)) {
+		t.Fatalf("load of the delivery that ended: %v", err)
+	}
 }
 
 // corrupting is an archive whose reads differ from what was written: a check against the rows
@@ -205,9 +237,9 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	nextPartition(t0)
 	b.pass.Archive = corrupting{b.dir}
 	b.pass.Now = func() time.Time { return time.Now().Add(20 * time.Second) }
-	left, err := b.pass.Round(ctx)
-	if left != 0 || !errors.Is(err, retention.ErrCheckFailed) || b.seen.failed != 1 {
-		t.Fatalf("round: %d left, %v, %+v", left, err, b.seen)
+	_, err := b.pass.Round(ctx)
+	if !errors.Is(err, retention.ErrCheckFailed) || b.seen.failed != 1 {
+		t.Fatalf("round: %v, %+v", err, b.seen)
 	}
 	events, err := b.store.Load(ctx, id)
 	if err != nil || len(events) != 4 || b.partitionOf(t, id) != part {
@@ -220,8 +252,11 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	// With an archive that reads true, the next round moves it (the manifest from the failed
 	// round is reused: it was checked against the events Put was given).
 	b.pass.Archive = b.dir
-	if left, err := b.pass.Round(ctx); err != nil || left != 1 {
-		t.Fatalf("round after the fix: %d left, %v", left, err)
+	if _, err := b.pass.Round(ctx); err != nil {
+		t.Fatalf("round after the fix: %v", err)
+	}
+	if _, err := b.store.Load(ctx, id); !errors.As(err, new(*commands.ArchivedError)) {
+		t.Fatalf("load after the fix: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(b.dir.Root, part+".manifest.json")); err != nil {
 		t.Fatal(err)
