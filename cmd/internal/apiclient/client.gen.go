@@ -510,6 +510,21 @@ func (e Priority) Valid() bool {
 	}
 }
 
+// Defines values for ProblemReason.
+const (
+	ProblemReasonArchived ProblemReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ProblemReason enum.
+func (e ProblemReason) Valid() bool {
+	switch e {
+	case ProblemReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemType.
 const (
 	ProblemTypeAboutBlank ProblemType = "about:blank"
@@ -1137,6 +1152,36 @@ func (e WindowDays) Valid() bool {
 	}
 }
 
+// Defines values for ArchivedType.
+const (
+	ArchivedTypeAboutBlank ArchivedType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ArchivedType enum.
+func (e ArchivedType) Valid() bool {
+	switch e {
+	case ArchivedTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BadRequestReason.
+const (
+	BadRequestReasonArchived BadRequestReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the BadRequestReason enum.
+func (e BadRequestReason) Valid() bool {
+	switch e {
+	case BadRequestReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BadRequestType.
 const (
 	BadRequestTypeAboutBlank BadRequestType = "about:blank"
@@ -1146,6 +1191,21 @@ const (
 func (e BadRequestType) Valid() bool {
 	switch e {
 	case BadRequestTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ConflictReason.
+const (
+	ConflictReasonArchived ConflictReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ConflictReason enum.
+func (e ConflictReason) Valid() bool {
+	switch e {
+	case ConflictReasonArchived:
 		return true
 	default:
 		return false
@@ -1167,6 +1227,21 @@ func (e ConflictType) Valid() bool {
 	}
 }
 
+// Defines values for DeliveryNotFoundReason.
+const (
+	DeliveryNotFoundReasonArchived DeliveryNotFoundReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the DeliveryNotFoundReason enum.
+func (e DeliveryNotFoundReason) Valid() bool {
+	switch e {
+	case DeliveryNotFoundReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeliveryNotFoundType.
 const (
 	DeliveryNotFoundTypeAboutBlank DeliveryNotFoundType = "about:blank"
@@ -1176,6 +1251,21 @@ const (
 func (e DeliveryNotFoundType) Valid() bool {
 	switch e {
 	case DeliveryNotFoundTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ForbiddenReason.
+const (
+	ForbiddenReasonArchived ForbiddenReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ForbiddenReason enum.
+func (e ForbiddenReason) Valid() bool {
+	switch e {
+	case ForbiddenReasonArchived:
 		return true
 	default:
 		return false
@@ -1197,6 +1287,21 @@ func (e ForbiddenType) Valid() bool {
 	}
 }
 
+// Defines values for IdempotencyKeyReusedReason.
+const (
+	IdempotencyKeyReusedReasonArchived IdempotencyKeyReusedReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the IdempotencyKeyReusedReason enum.
+func (e IdempotencyKeyReusedReason) Valid() bool {
+	switch e {
+	case IdempotencyKeyReusedReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for IdempotencyKeyReusedType.
 const (
 	IdempotencyKeyReusedTypeAboutBlank IdempotencyKeyReusedType = "about:blank"
@@ -1206,6 +1311,21 @@ const (
 func (e IdempotencyKeyReusedType) Valid() bool {
 	switch e {
 	case IdempotencyKeyReusedTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InternalErrorReason.
+const (
+	InternalErrorReasonArchived InternalErrorReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the InternalErrorReason enum.
+func (e InternalErrorReason) Valid() bool {
+	switch e {
+	case InternalErrorReasonArchived:
 		return true
 	default:
 		return false
@@ -1227,6 +1347,21 @@ func (e InternalErrorType) Valid() bool {
 	}
 }
 
+// Defines values for MethodNotAllowedReason.
+const (
+	MethodNotAllowedReasonArchived MethodNotAllowedReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the MethodNotAllowedReason enum.
+func (e MethodNotAllowedReason) Valid() bool {
+	switch e {
+	case MethodNotAllowedReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MethodNotAllowedType.
 const (
 	MethodNotAllowedTypeAboutBlank MethodNotAllowedType = "about:blank"
@@ -1236,6 +1371,21 @@ const (
 func (e MethodNotAllowedType) Valid() bool {
 	switch e {
 	case MethodNotAllowedTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotFoundReason.
+const (
+	NotFoundReasonArchived NotFoundReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the NotFoundReason enum.
+func (e NotFoundReason) Valid() bool {
+	switch e {
+	case NotFoundReasonArchived:
 		return true
 	default:
 		return false
@@ -1257,6 +1407,21 @@ func (e NotFoundType) Valid() bool {
 	}
 }
 
+// Defines values for NotReadyReason.
+const (
+	NotReadyReasonArchived NotReadyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the NotReadyReason enum.
+func (e NotReadyReason) Valid() bool {
+	switch e {
+	case NotReadyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for NotReadyType.
 const (
 	NotReadyTypeAboutBlank NotReadyType = "about:blank"
@@ -1266,6 +1431,21 @@ const (
 func (e NotReadyType) Valid() bool {
 	switch e {
 	case NotReadyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PayloadTooLargeReason.
+const (
+	PayloadTooLargeReasonArchived PayloadTooLargeReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the PayloadTooLargeReason enum.
+func (e PayloadTooLargeReason) Valid() bool {
+	switch e {
+	case PayloadTooLargeReasonArchived:
 		return true
 	default:
 		return false
@@ -1287,6 +1467,21 @@ func (e PayloadTooLargeType) Valid() bool {
 	}
 }
 
+// Defines values for ReceiptTooEarlyReason.
+const (
+	ReceiptTooEarlyReasonArchived ReceiptTooEarlyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReceiptTooEarlyReason enum.
+func (e ReceiptTooEarlyReason) Valid() bool {
+	switch e {
+	case ReceiptTooEarlyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReceiptTooEarlyType.
 const (
 	ReceiptTooEarlyTypeAboutBlank ReceiptTooEarlyType = "about:blank"
@@ -1296,6 +1491,21 @@ const (
 func (e ReceiptTooEarlyType) Valid() bool {
 	switch e {
 	case ReceiptTooEarlyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnauthorizedReason.
+const (
+	UnauthorizedReasonArchived UnauthorizedReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnauthorizedReason enum.
+func (e UnauthorizedReason) Valid() bool {
+	switch e {
+	case UnauthorizedReasonArchived:
 		return true
 	default:
 		return false
@@ -1317,6 +1527,21 @@ func (e UnauthorizedType) Valid() bool {
 	}
 }
 
+// Defines values for UnsubscribeForgedReason.
+const (
+	UnsubscribeForgedReasonArchived UnsubscribeForgedReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribeForgedReason enum.
+func (e UnsubscribeForgedReason) Valid() bool {
+	switch e {
+	case UnsubscribeForgedReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UnsubscribeForgedType.
 const (
 	UnsubscribeForgedTypeAboutBlank UnsubscribeForgedType = "about:blank"
@@ -1326,6 +1551,21 @@ const (
 func (e UnsubscribeForgedType) Valid() bool {
 	switch e {
 	case UnsubscribeForgedTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribeRefusedReason.
+const (
+	UnsubscribeRefusedReasonArchived UnsubscribeRefusedReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribeRefusedReason enum.
+func (e UnsubscribeRefusedReason) Valid() bool {
+	switch e {
+	case UnsubscribeRefusedReasonArchived:
 		return true
 	default:
 		return false
@@ -1347,6 +1587,21 @@ func (e UnsubscribeRefusedType) Valid() bool {
 	}
 }
 
+// Defines values for UnsupportedMediaTypeReason.
+const (
+	UnsupportedMediaTypeReasonArchived UnsupportedMediaTypeReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsupportedMediaTypeReason enum.
+func (e UnsupportedMediaTypeReason) Valid() bool {
+	switch e {
+	case UnsupportedMediaTypeReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UnsupportedMediaTypeType.
 const (
 	UnsupportedMediaTypeTypeAboutBlank UnsupportedMediaTypeType = "about:blank"
@@ -1356,6 +1611,21 @@ const (
 func (e UnsupportedMediaTypeType) Valid() bool {
 	switch e {
 	case UnsupportedMediaTypeTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Healthz400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Healthz400ApplicationProblemPlusJSONResponseBodyReasonArchived Healthz400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Healthz400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Healthz400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Healthz400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1377,6 +1647,21 @@ func (e Healthz400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for Healthz500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Healthz500ApplicationProblemPlusJSONResponseBodyReasonArchived Healthz500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Healthz500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Healthz500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Healthz500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Healthz500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	Healthz500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Healthz500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1386,6 +1671,21 @@ const (
 func (e Healthz500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Healthz500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReasonArchived GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1407,6 +1707,21 @@ func (e GetOpenAPI400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReasonArchived GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetOpenAPI500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetOpenAPI500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetOpenAPI500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1416,6 +1731,21 @@ const (
 func (e GetOpenAPI500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetOpenAPI500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Readyz400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Readyz400ApplicationProblemPlusJSONResponseBodyReasonArchived Readyz400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Readyz400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Readyz400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Readyz400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1437,6 +1767,21 @@ func (e Readyz400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for Readyz500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Readyz500ApplicationProblemPlusJSONResponseBodyReasonArchived Readyz500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Readyz500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Readyz500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Readyz500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Readyz500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	Readyz500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Readyz500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1446,6 +1791,21 @@ const (
 func (e Readyz500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Readyz500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Readyz503ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Readyz503ApplicationProblemPlusJSONResponseBodyReasonArchived Readyz503ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Readyz503ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Readyz503ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Readyz503ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1467,6 +1827,21 @@ func (e Readyz503ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReasonArchived UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	UnsubscribePage400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1476,6 +1851,21 @@ const (
 func (e UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case UnsubscribePage400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReasonArchived UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1497,6 +1887,21 @@ func (e UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReasonArchived UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	UnsubscribePage404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1512,6 +1917,21 @@ func (e UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReasonArchived UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType.
 const (
 	UnsubscribePage405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1521,6 +1941,21 @@ const (
 func (e UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case UnsubscribePage405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReasonArchived UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1572,6 +2007,21 @@ func (e UnsubscribeMultipartBodyListUnsubscribe) Valid() bool {
 	}
 }
 
+// Defines values for Unsubscribe400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe400ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Unsubscribe400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	Unsubscribe400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1581,6 +2031,21 @@ const (
 func (e Unsubscribe400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Unsubscribe400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe403ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe403ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe403ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe403ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe403ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe403ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1602,6 +2067,21 @@ func (e Unsubscribe403ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for Unsubscribe404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe404ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Unsubscribe404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	Unsubscribe404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1611,6 +2091,21 @@ const (
 func (e Unsubscribe404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Unsubscribe404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe405ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe405ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe405ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe405ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe405ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe405ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1632,6 +2127,21 @@ func (e Unsubscribe405ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for Unsubscribe413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe413ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe413ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Unsubscribe413ApplicationProblemPlusJSONResponseBodyType.
 const (
 	Unsubscribe413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1641,6 +2151,21 @@ const (
 func (e Unsubscribe413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Unsubscribe413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Unsubscribe500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe500ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1662,6 +2187,21 @@ func (e Unsubscribe500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for Unsubscribe503ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	Unsubscribe503ApplicationProblemPlusJSONResponseBodyReasonArchived Unsubscribe503ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the Unsubscribe503ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e Unsubscribe503ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case Unsubscribe503ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Unsubscribe503ApplicationProblemPlusJSONResponseBodyType.
 const (
 	Unsubscribe503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank Unsubscribe503ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1671,6 +2211,21 @@ const (
 func (e Unsubscribe503ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case Unsubscribe503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListDeliveries400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListDeliveries400ApplicationProblemPlusJSONResponseBodyReasonArchived ListDeliveries400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListDeliveries400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListDeliveries400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListDeliveries400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1692,6 +2247,21 @@ func (e ListDeliveries400ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for ListDeliveries401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListDeliveries401ApplicationProblemPlusJSONResponseBodyReasonArchived ListDeliveries401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListDeliveries401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListDeliveries401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListDeliveries401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListDeliveries401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListDeliveries401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListDeliveries401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1701,6 +2271,21 @@ const (
 func (e ListDeliveries401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListDeliveries401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListDeliveries500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListDeliveries500ApplicationProblemPlusJSONResponseBodyReasonArchived ListDeliveries500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListDeliveries500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListDeliveries500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListDeliveries500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1722,6 +2307,21 @@ func (e ListDeliveries500ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptDelivery400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptDelivery400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptDelivery400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1731,6 +2331,21 @@ const (
 func (e AcceptDelivery400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptDelivery400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1752,6 +2367,21 @@ func (e AcceptDelivery401ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptDelivery409ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptDelivery409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1761,6 +2391,21 @@ const (
 func (e AcceptDelivery409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1782,6 +2427,21 @@ func (e AcceptDelivery413ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptDelivery415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptDelivery415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1791,6 +2451,21 @@ const (
 func (e AcceptDelivery415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1812,6 +2487,21 @@ func (e AcceptDelivery422ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptDelivery500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptDelivery500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1821,6 +2511,21 @@ const (
 func (e AcceptDelivery500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetDelivery400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived GetDelivery400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDelivery400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDelivery400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1842,6 +2547,21 @@ func (e GetDelivery400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for GetDelivery401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived GetDelivery401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDelivery401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDelivery401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetDelivery401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetDelivery401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1851,6 +2571,21 @@ const (
 func (e GetDelivery401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetDelivery404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived GetDelivery404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDelivery404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDelivery404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1872,6 +2607,36 @@ func (e GetDelivery404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for GetDelivery410ApplicationProblemPlusJSONResponseBodyType.
+const (
+	GetDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetDelivery410ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the GetDelivery410ApplicationProblemPlusJSONResponseBodyType enum.
+func (e GetDelivery410ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case GetDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetDelivery500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived GetDelivery500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDelivery500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDelivery500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetDelivery500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetDelivery500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1881,6 +2646,21 @@ const (
 func (e GetDelivery500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1902,6 +2682,21 @@ func (e CancelDelivery400ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for CancelDelivery401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelDelivery401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1911,6 +2706,21 @@ const (
 func (e CancelDelivery401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1932,6 +2742,21 @@ func (e CancelDelivery404ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for CancelDelivery409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelDelivery409ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1941,6 +2766,36 @@ const (
 func (e CancelDelivery409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery410ApplicationProblemPlusJSONResponseBodyType.
+const (
+	CancelDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery410ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery410ApplicationProblemPlusJSONResponseBodyType enum.
+func (e CancelDelivery410ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case CancelDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1962,6 +2817,21 @@ func (e CancelDelivery413ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for CancelDelivery415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelDelivery415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelDelivery415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -1971,6 +2841,21 @@ const (
 func (e CancelDelivery415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelDelivery500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived CancelDelivery500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelDelivery500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelDelivery500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -1992,6 +2877,21 @@ func (e CancelDelivery500ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReasonArchived GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2001,6 +2901,21 @@ const (
 func (e GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReasonArchived GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2022,6 +2937,21 @@ func (e GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReasonArchived GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2031,6 +2961,36 @@ const (
 func (e GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyType.
+const (
+	GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyType enum.
+func (e GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReasonArchived GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2052,6 +3012,21 @@ func (e GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2061,6 +3036,21 @@ const (
 func (e ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2082,6 +3072,21 @@ func (e ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2091,6 +3096,21 @@ const (
 func (e ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2112,6 +3132,36 @@ func (e ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2121,6 +3171,21 @@ const (
 func (e ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2142,6 +3207,21 @@ func (e ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2151,6 +3231,21 @@ const (
 func (e ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2172,6 +3267,21 @@ func (e ReplayDelivery400ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDelivery401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDelivery401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2181,6 +3291,21 @@ const (
 func (e ReplayDelivery401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDelivery401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2202,6 +3327,21 @@ func (e ReplayDelivery404ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDelivery409ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDelivery409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2211,6 +3351,36 @@ const (
 func (e ReplayDelivery409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDelivery409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDelivery410ApplicationProblemPlusJSONResponseBodyType.
+const (
+	ReplayDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDelivery410ApplicationProblemPlusJSONResponseBodyType = "about:blank"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery410ApplicationProblemPlusJSONResponseBodyType enum.
+func (e ReplayDelivery410ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
+	switch e {
+	case ReplayDelivery410ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2232,6 +3402,21 @@ func (e ReplayDelivery413ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDelivery415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDelivery415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDelivery415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2247,6 +3432,21 @@ func (e ReplayDelivery415ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDelivery422ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDelivery422ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDelivery422ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2256,6 +3456,21 @@ const (
 func (e ReplayDelivery422ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDelivery422ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2295,6 +3510,21 @@ func (e ListDLQParamsState) Valid() bool {
 	}
 }
 
+// Defines values for ListDLQ400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListDLQ400ApplicationProblemPlusJSONResponseBodyReasonArchived ListDLQ400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListDLQ400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListDLQ400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListDLQ400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListDLQ400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListDLQ400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListDLQ400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2310,6 +3540,21 @@ func (e ListDLQ400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for ListDLQ401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListDLQ401ApplicationProblemPlusJSONResponseBodyReasonArchived ListDLQ401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListDLQ401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListDLQ401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListDLQ401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListDLQ401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListDLQ401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListDLQ401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2319,6 +3564,21 @@ const (
 func (e ListDLQ401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListDLQ401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListDLQ500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListDLQ500ApplicationProblemPlusJSONResponseBodyReasonArchived ListDLQ500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListDLQ500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListDLQ500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListDLQ500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2355,6 +3615,21 @@ func (e ReplayDLQPageParamsState) Valid() bool {
 	}
 }
 
+// Defines values for ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2364,6 +3639,21 @@ const (
 func (e ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2385,6 +3675,21 @@ func (e ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2394,6 +3699,21 @@ const (
 func (e ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2415,6 +3735,21 @@ func (e ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2424,6 +3759,21 @@ const (
 func (e ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2445,6 +3795,21 @@ func (e ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReasonArchived ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2454,6 +3819,21 @@ const (
 func (e ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptNotification400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification400ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2475,6 +3855,21 @@ func (e AcceptNotification400ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for AcceptNotification401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification401ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptNotification401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptNotification401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptNotification401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2484,6 +3879,21 @@ const (
 func (e AcceptNotification401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptNotification401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptNotification409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification409ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification409ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2505,6 +3915,21 @@ func (e AcceptNotification409ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for AcceptNotification413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification413ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification413ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptNotification413ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptNotification413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptNotification413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2514,6 +3939,21 @@ const (
 func (e AcceptNotification413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptNotification413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptNotification415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification415ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification415ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2535,6 +3975,21 @@ func (e AcceptNotification415ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for AcceptNotification422ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification422ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification422ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification422ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification422ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification422ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AcceptNotification422ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AcceptNotification422ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AcceptNotification422ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2544,6 +3999,21 @@ const (
 func (e AcceptNotification422ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AcceptNotification422ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AcceptNotification500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AcceptNotification500ApplicationProblemPlusJSONResponseBodyReasonArchived AcceptNotification500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AcceptNotification500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AcceptNotification500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AcceptNotification500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2565,6 +4035,21 @@ func (e AcceptNotification500ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for CancelNotification400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelNotification400ApplicationProblemPlusJSONResponseBodyReasonArchived CancelNotification400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelNotification400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelNotification400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelNotification400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelNotification400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2574,6 +4059,21 @@ const (
 func (e CancelNotification400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelNotification400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelNotification401ApplicationProblemPlusJSONResponseBodyReasonArchived CancelNotification401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelNotification401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelNotification401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2595,6 +4095,21 @@ func (e CancelNotification401ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for CancelNotification404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelNotification404ApplicationProblemPlusJSONResponseBodyReasonArchived CancelNotification404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelNotification404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelNotification404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelNotification404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelNotification404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2604,6 +4119,21 @@ const (
 func (e CancelNotification404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelNotification404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelNotification413ApplicationProblemPlusJSONResponseBodyReasonArchived CancelNotification413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelNotification413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelNotification413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2625,6 +4155,21 @@ func (e CancelNotification413ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for CancelNotification415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelNotification415ApplicationProblemPlusJSONResponseBodyReasonArchived CancelNotification415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelNotification415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelNotification415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelNotification415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelNotification415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelNotification415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2634,6 +4179,21 @@ const (
 func (e CancelNotification415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelNotification415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelNotification500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelNotification500ApplicationProblemPlusJSONResponseBodyReasonArchived CancelNotification500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelNotification500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelNotification500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelNotification500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2655,6 +4215,21 @@ func (e CancelNotification500ApplicationProblemPlusJSONResponseBodyType) Valid()
 	}
 }
 
+// Defines values for ListPreferences400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListPreferences400ApplicationProblemPlusJSONResponseBodyReasonArchived ListPreferences400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListPreferences400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListPreferences400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListPreferences400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListPreferences400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListPreferences400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListPreferences400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2664,6 +4239,21 @@ const (
 func (e ListPreferences400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListPreferences400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPreferences401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListPreferences401ApplicationProblemPlusJSONResponseBodyReasonArchived ListPreferences401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListPreferences401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListPreferences401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListPreferences401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2685,6 +4275,21 @@ func (e ListPreferences401ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for ListPreferences500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListPreferences500ApplicationProblemPlusJSONResponseBodyReasonArchived ListPreferences500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListPreferences500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListPreferences500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListPreferences500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListPreferences500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListPreferences500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListPreferences500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2694,6 +4299,21 @@ const (
 func (e ListPreferences500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListPreferences500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	PutPreference400ApplicationProblemPlusJSONResponseBodyReasonArchived PutPreference400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e PutPreference400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case PutPreference400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2715,6 +4335,21 @@ func (e PutPreference400ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for PutPreference401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	PutPreference401ApplicationProblemPlusJSONResponseBodyReasonArchived PutPreference401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e PutPreference401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case PutPreference401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PutPreference401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	PutPreference401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2724,6 +4359,21 @@ const (
 func (e PutPreference401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case PutPreference401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	PutPreference413ApplicationProblemPlusJSONResponseBodyReasonArchived PutPreference413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e PutPreference413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case PutPreference413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2745,6 +4395,21 @@ func (e PutPreference413ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for PutPreference415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	PutPreference415ApplicationProblemPlusJSONResponseBodyReasonArchived PutPreference415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e PutPreference415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case PutPreference415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PutPreference415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	PutPreference415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank PutPreference415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2754,6 +4419,21 @@ const (
 func (e PutPreference415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case PutPreference415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPreference500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	PutPreference500ApplicationProblemPlusJSONResponseBodyReasonArchived PutPreference500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the PutPreference500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e PutPreference500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case PutPreference500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2775,6 +4455,21 @@ func (e PutPreference500ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for ListProviders400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListProviders400ApplicationProblemPlusJSONResponseBodyReasonArchived ListProviders400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListProviders400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListProviders400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListProviders400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListProviders400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListProviders400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListProviders400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2784,6 +4479,21 @@ const (
 func (e ListProviders400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListProviders400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListProviders401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListProviders401ApplicationProblemPlusJSONResponseBodyReasonArchived ListProviders401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListProviders401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListProviders401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListProviders401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2805,6 +4515,21 @@ func (e ListProviders401ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for ListProviders500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListProviders500ApplicationProblemPlusJSONResponseBodyReasonArchived ListProviders500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListProviders500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListProviders500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListProviders500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListProviders500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListProviders500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListProviders500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2814,6 +4539,21 @@ const (
 func (e ListProviders500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListProviders500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2835,6 +4575,21 @@ func (e RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyType) Valid
 	}
 }
 
+// Defines values for RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2844,6 +4599,21 @@ const (
 func (e RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2865,6 +4635,21 @@ func (e RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyType) Valid
 	}
 }
 
+// Defines values for RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2874,6 +4659,21 @@ const (
 func (e RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2895,6 +4695,21 @@ func (e RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyType) Valid
 	}
 }
 
+// Defines values for RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2904,6 +4719,21 @@ const (
 func (e RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordReceipt400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceipt400ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceipt400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceipt400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceipt400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceipt400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2925,6 +4755,21 @@ func (e RecordReceipt400ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for RecordReceipt403ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceipt403ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceipt403ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceipt403ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceipt403ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceipt403ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordReceipt403ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RecordReceipt403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RecordReceipt403ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2934,6 +4779,21 @@ const (
 func (e RecordReceipt403ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RecordReceipt403ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordReceipt404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceipt404ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceipt404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceipt404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceipt404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceipt404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2955,6 +4815,21 @@ func (e RecordReceipt404ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for RecordReceipt413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceipt413ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceipt413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceipt413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceipt413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceipt413ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordReceipt413ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RecordReceipt413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RecordReceipt413ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2964,6 +4839,21 @@ const (
 func (e RecordReceipt413ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RecordReceipt413ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordReceipt500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceipt500ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceipt500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceipt500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceipt500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceipt500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -2985,6 +4875,21 @@ func (e RecordReceipt500ApplicationProblemPlusJSONResponseBodyType) Valid() bool
 	}
 }
 
+// Defines values for RecordReceipt503ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RecordReceipt503ApplicationProblemPlusJSONResponseBodyReasonArchived RecordReceipt503ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RecordReceipt503ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RecordReceipt503ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RecordReceipt503ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordReceipt503ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RecordReceipt503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RecordReceipt503ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -2994,6 +4899,21 @@ const (
 func (e RecordReceipt503ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RecordReceipt503ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReasonArchived ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3015,6 +4935,21 @@ func (e ListReplayJobs400ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReasonArchived ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListReplayJobs401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListReplayJobs401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListReplayJobs401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3024,6 +4959,21 @@ const (
 func (e ListReplayJobs401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListReplayJobs401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReasonArchived ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3045,6 +4995,21 @@ func (e ListReplayJobs500ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateReplayJob400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CreateReplayJob400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CreateReplayJob400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3054,6 +5019,21 @@ const (
 func (e CreateReplayJob400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CreateReplayJob400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3075,6 +5055,21 @@ func (e CreateReplayJob401ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateReplayJob409ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CreateReplayJob409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CreateReplayJob409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3084,6 +5079,21 @@ const (
 func (e CreateReplayJob409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CreateReplayJob409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3105,6 +5115,21 @@ func (e CreateReplayJob413ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateReplayJob415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CreateReplayJob415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CreateReplayJob415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3114,6 +5139,21 @@ const (
 func (e CreateReplayJob415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CreateReplayJob415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3135,6 +5175,21 @@ func (e CreateReplayJob422ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReasonArchived CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateReplayJob500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CreateReplayJob500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CreateReplayJob500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3144,6 +5199,21 @@ const (
 func (e CreateReplayJob500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CreateReplayJob500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetReplayJob400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetReplayJob400ApplicationProblemPlusJSONResponseBodyReasonArchived GetReplayJob400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetReplayJob400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetReplayJob400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetReplayJob400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3165,6 +5235,21 @@ func (e GetReplayJob400ApplicationProblemPlusJSONResponseBodyType) Valid() bool 
 	}
 }
 
+// Defines values for GetReplayJob401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetReplayJob401ApplicationProblemPlusJSONResponseBodyReasonArchived GetReplayJob401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetReplayJob401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetReplayJob401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetReplayJob401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetReplayJob401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetReplayJob401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetReplayJob401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3174,6 +5259,21 @@ const (
 func (e GetReplayJob401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetReplayJob401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetReplayJob404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetReplayJob404ApplicationProblemPlusJSONResponseBodyReasonArchived GetReplayJob404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetReplayJob404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetReplayJob404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetReplayJob404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3195,6 +5295,21 @@ func (e GetReplayJob404ApplicationProblemPlusJSONResponseBodyType) Valid() bool 
 	}
 }
 
+// Defines values for GetReplayJob500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetReplayJob500ApplicationProblemPlusJSONResponseBodyReasonArchived GetReplayJob500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetReplayJob500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetReplayJob500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetReplayJob500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetReplayJob500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetReplayJob500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetReplayJob500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3204,6 +5319,21 @@ const (
 func (e GetReplayJob500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetReplayJob500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReasonArchived CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3225,6 +5355,21 @@ func (e CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReasonArchived CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelReplayJob401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3234,6 +5379,21 @@ const (
 func (e CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelReplayJob401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReasonArchived CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3255,6 +5415,21 @@ func (e CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReasonArchived CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType.
 const (
 	CancelReplayJob409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3264,6 +5439,21 @@ const (
 func (e CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case CancelReplayJob409ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReasonArchived CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3285,6 +5475,21 @@ func (e CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReasonArchived GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3294,6 +5499,21 @@ const (
 func (e GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReasonArchived GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3315,6 +5535,21 @@ func (e GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReasonArchived GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3324,6 +5559,21 @@ const (
 func (e GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReasonArchived GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3345,6 +5595,21 @@ func (e GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for GetStats400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetStats400ApplicationProblemPlusJSONResponseBodyReasonArchived GetStats400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetStats400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetStats400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetStats400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetStats400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetStats400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetStats400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3354,6 +5619,21 @@ const (
 func (e GetStats400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetStats400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetStats401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetStats401ApplicationProblemPlusJSONResponseBodyReasonArchived GetStats401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetStats401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetStats401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetStats401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3375,6 +5655,21 @@ func (e GetStats401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	}
 }
 
+// Defines values for GetStats500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetStats500ApplicationProblemPlusJSONResponseBodyReasonArchived GetStats500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetStats500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetStats500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetStats500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetStats500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetStats500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetStats500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3384,6 +5679,21 @@ const (
 func (e GetStats500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetStats500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReasonArchived GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3405,6 +5715,21 @@ func (e GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReasonArchived GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3414,6 +5739,21 @@ const (
 func (e GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReasonArchived GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3435,6 +5775,21 @@ func (e GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType) Valid() bo
 	}
 }
 
+// Defines values for ListSuppressions400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListSuppressions400ApplicationProblemPlusJSONResponseBodyReasonArchived ListSuppressions400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressions400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListSuppressions400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListSuppressions400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSuppressions400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListSuppressions400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListSuppressions400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3444,6 +5799,21 @@ const (
 func (e ListSuppressions400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListSuppressions400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListSuppressions401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListSuppressions401ApplicationProblemPlusJSONResponseBodyReasonArchived ListSuppressions401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressions401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListSuppressions401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListSuppressions401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3465,6 +5835,21 @@ func (e ListSuppressions401ApplicationProblemPlusJSONResponseBodyType) Valid() b
 	}
 }
 
+// Defines values for ListSuppressions500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	ListSuppressions500ApplicationProblemPlusJSONResponseBodyReasonArchived ListSuppressions500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressions500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e ListSuppressions500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case ListSuppressions500ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSuppressions500ApplicationProblemPlusJSONResponseBodyType.
 const (
 	ListSuppressions500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank ListSuppressions500ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3474,6 +5859,21 @@ const (
 func (e ListSuppressions500ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case ListSuppressions500ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AddSuppression400ApplicationProblemPlusJSONResponseBodyReasonArchived AddSuppression400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AddSuppression400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AddSuppression400ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3495,6 +5895,21 @@ func (e AddSuppression400ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for AddSuppression401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AddSuppression401ApplicationProblemPlusJSONResponseBodyReasonArchived AddSuppression401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AddSuppression401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AddSuppression401ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AddSuppression401ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AddSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression401ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3504,6 +5919,21 @@ const (
 func (e AddSuppression401ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AddSuppression401ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AddSuppression413ApplicationProblemPlusJSONResponseBodyReasonArchived AddSuppression413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AddSuppression413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AddSuppression413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3525,6 +5955,21 @@ func (e AddSuppression413ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for AddSuppression415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AddSuppression415ApplicationProblemPlusJSONResponseBodyReasonArchived AddSuppression415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AddSuppression415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AddSuppression415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AddSuppression415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	AddSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank AddSuppression415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3534,6 +5979,21 @@ const (
 func (e AddSuppression415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case AddSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AddSuppression500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	AddSuppression500ApplicationProblemPlusJSONResponseBodyReasonArchived AddSuppression500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the AddSuppression500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e AddSuppression500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case AddSuppression500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3555,6 +6015,21 @@ func (e AddSuppression500ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReasonArchived RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RemoveSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3564,6 +6039,21 @@ const (
 func (e RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RemoveSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReasonArchived RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3585,6 +6075,21 @@ func (e RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReasonArchived RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RemoveSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3594,6 +6099,21 @@ const (
 func (e RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RemoveSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReasonArchived RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3615,6 +6135,21 @@ func (e RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReasonArchived RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType.
 const (
 	RemoveSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3624,6 +6159,21 @@ const (
 func (e RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case RemoveSuppression415ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReasonArchived RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3645,6 +6195,21 @@ func (e RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType) Valid() 
 	}
 }
 
+// Defines values for GetSuppression400ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetSuppression400ApplicationProblemPlusJSONResponseBodyReasonArchived GetSuppression400ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression400ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetSuppression400ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetSuppression400ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetSuppression400ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetSuppression400ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3654,6 +6219,21 @@ const (
 func (e GetSuppression400ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetSuppression400ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetSuppression401ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetSuppression401ApplicationProblemPlusJSONResponseBodyReasonArchived GetSuppression401ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression401ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetSuppression401ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetSuppression401ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -3675,6 +6255,21 @@ func (e GetSuppression401ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
+// Defines values for GetSuppression404ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetSuppression404ApplicationProblemPlusJSONResponseBodyReasonArchived GetSuppression404ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression404ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetSuppression404ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetSuppression404ApplicationProblemPlusJSONResponseBodyReasonArchived:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetSuppression404ApplicationProblemPlusJSONResponseBodyType.
 const (
 	GetSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank GetSuppression404ApplicationProblemPlusJSONResponseBodyType = "about:blank"
@@ -3684,6 +6279,21 @@ const (
 func (e GetSuppression404ApplicationProblemPlusJSONResponseBodyType) Valid() bool {
 	switch e {
 	case GetSuppression404ApplicationProblemPlusJSONResponseBodyTypeAboutBlank:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetSuppression500ApplicationProblemPlusJSONResponseBodyReason.
+const (
+	GetSuppression500ApplicationProblemPlusJSONResponseBodyReasonArchived GetSuppression500ApplicationProblemPlusJSONResponseBodyReason = "archived"
+)
+
+// Valid indicates whether the value is a known member of the GetSuppression500ApplicationProblemPlusJSONResponseBodyReason enum.
+func (e GetSuppression500ApplicationProblemPlusJSONResponseBodyReason) Valid() bool {
+	switch e {
+	case GetSuppression500ApplicationProblemPlusJSONResponseBodyReasonArchived:
 		return true
 	default:
 		return false
@@ -4405,8 +7015,14 @@ type Problem struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string `json:"field,omitempty"`
-	Status int     `json:"status"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *ProblemReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string `json:"segment,omitempty"`
+	Status  int     `json:"status"`
 
 	// Title The status's reason phrase.
 	Title string `json:"title"`
@@ -4414,6 +7030,9 @@ type Problem struct {
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type ProblemType `json:"type"`
 }
+
+// ProblemReason Why a delivery is gone (`410`): `archived`.
+type ProblemReason string
 
 // ProblemType Always about:blank; the status and `field` carry what a client branches on.
 type ProblemType string
@@ -5168,6 +7787,29 @@ type Since = Timestamp
 // Until An RFC 3339 time.
 type Until = Timestamp
 
+// Archived defines model for Archived.
+type Archived struct {
+	// Detail What to change, for a human.
+	Detail string `json:"detail"`
+
+	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
+	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
+	// `state` for a decision that does not apply to the delivery's state.
+	Field  *string     `json:"field,omitempty"`
+	Reason interface{} `json:"reason"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment string      `json:"segment"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
+
+	// Type Always about:blank; the status and `field` carry what a client branches on.
+	Type ArchivedType `json:"type"`
+}
+
+// ArchivedType Always about:blank; the status and `field` carry what a client branches on.
+type ArchivedType string
+
 // BadRequest defines model for BadRequest.
 type BadRequest struct {
 	// Detail What to change, for a human.
@@ -5176,13 +7818,22 @@ type BadRequest struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *BadRequestReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type BadRequestType `json:"type"`
 }
+
+// BadRequestReason Why a delivery is gone (`410`): `archived`.
+type BadRequestReason string
 
 // BadRequestType Always about:blank; the status and `field` carry what a client branches on.
 type BadRequestType string
@@ -5192,12 +7843,21 @@ type Conflict struct {
 	// Detail What to change, for a human.
 	Detail string      `json:"detail"`
 	Field  interface{} `json:"field"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *ConflictReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type ConflictType `json:"type"`
 }
+
+// ConflictReason Why a delivery is gone (`410`): `archived`.
+type ConflictReason string
 
 // ConflictType Always about:blank; the status and `field` carry what a client branches on.
 type ConflictType string
@@ -5209,13 +7869,22 @@ type DeliveryNotFound struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *DeliveryNotFoundReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type DeliveryNotFoundType `json:"type"`
 }
+
+// DeliveryNotFoundReason Why a delivery is gone (`410`): `archived`.
+type DeliveryNotFoundReason string
 
 // DeliveryNotFoundType Always about:blank; the status and `field` carry what a client branches on.
 type DeliveryNotFoundType string
@@ -5228,13 +7897,22 @@ type Forbidden struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *ForbiddenReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type ForbiddenType `json:"type"`
 }
+
+// ForbiddenReason Why a delivery is gone (`410`): `archived`.
+type ForbiddenReason string
 
 // ForbiddenType Always about:blank; the status and `field` carry what a client branches on.
 type ForbiddenType string
@@ -5244,12 +7922,21 @@ type IdempotencyKeyReused struct {
 	// Detail What to change, for a human.
 	Detail string      `json:"detail"`
 	Field  interface{} `json:"field"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *IdempotencyKeyReusedReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type IdempotencyKeyReusedType `json:"type"`
 }
+
+// IdempotencyKeyReusedReason Why a delivery is gone (`410`): `archived`.
+type IdempotencyKeyReusedReason string
 
 // IdempotencyKeyReusedType Always about:blank; the status and `field` carry what a client branches on.
 type IdempotencyKeyReusedType string
@@ -5261,13 +7948,22 @@ type InternalError struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *InternalErrorReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type InternalErrorType `json:"type"`
 }
+
+// InternalErrorReason Why a delivery is gone (`410`): `archived`.
+type InternalErrorReason string
 
 // InternalErrorType Always about:blank; the status and `field` carry what a client branches on.
 type InternalErrorType string
@@ -5280,13 +7976,22 @@ type MethodNotAllowed struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *MethodNotAllowedReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type MethodNotAllowedType `json:"type"`
 }
+
+// MethodNotAllowedReason Why a delivery is gone (`410`): `archived`.
+type MethodNotAllowedReason string
 
 // MethodNotAllowedType Always about:blank; the status and `field` carry what a client branches on.
 type MethodNotAllowedType string
@@ -5299,13 +8004,22 @@ type NotFound struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *NotFoundReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type NotFoundType `json:"type"`
 }
+
+// NotFoundReason Why a delivery is gone (`410`): `archived`.
+type NotFoundReason string
 
 // NotFoundType Always about:blank; the status and `field` carry what a client branches on.
 type NotFoundType string
@@ -5318,13 +8032,22 @@ type NotReady struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *NotReadyReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type NotReadyType `json:"type"`
 }
+
+// NotReadyReason Why a delivery is gone (`410`): `archived`.
+type NotReadyReason string
 
 // NotReadyType Always about:blank; the status and `field` carry what a client branches on.
 type NotReadyType string
@@ -5337,13 +8060,22 @@ type PayloadTooLarge struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *PayloadTooLargeReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type PayloadTooLargeType `json:"type"`
 }
+
+// PayloadTooLargeReason Why a delivery is gone (`410`): `archived`.
+type PayloadTooLargeReason string
 
 // PayloadTooLargeType Always about:blank; the status and `field` carry what a client branches on.
 type PayloadTooLargeType string
@@ -5356,13 +8088,22 @@ type ReceiptTooEarly struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *ReceiptTooEarlyReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type ReceiptTooEarlyType `json:"type"`
 }
+
+// ReceiptTooEarlyReason Why a delivery is gone (`410`): `archived`.
+type ReceiptTooEarlyReason string
 
 // ReceiptTooEarlyType Always about:blank; the status and `field` carry what a client branches on.
 type ReceiptTooEarlyType string
@@ -5372,12 +8113,21 @@ type Unauthorized struct {
 	// Detail What to change, for a human.
 	Detail string      `json:"detail"`
 	Field  interface{} `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *UnauthorizedReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type UnauthorizedType `json:"type"`
 }
+
+// UnauthorizedReason Why a delivery is gone (`410`): `archived`.
+type UnauthorizedReason string
 
 // UnauthorizedType Always about:blank; the status and `field` carry what a client branches on.
 type UnauthorizedType string
@@ -5387,12 +8137,21 @@ type UnsubscribeForged struct {
 	// Detail What to change, for a human.
 	Detail string      `json:"detail"`
 	Field  interface{} `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *UnsubscribeForgedReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type UnsubscribeForgedType `json:"type"`
 }
+
+// UnsubscribeForgedReason Why a delivery is gone (`410`): `archived`.
+type UnsubscribeForgedReason string
 
 // UnsubscribeForgedType Always about:blank; the status and `field` carry what a client branches on.
 type UnsubscribeForgedType string
@@ -5405,13 +8164,22 @@ type UnsubscribeRefused struct {
 	// Field The culprit when there is one: a JSON member (`recipients[1].channel`, `payload`), a query
 	// parameter (`limit`), a header (`Idempotency-Key`, `Content-Type`, `Authorization`), or
 	// `state` for a decision that does not apply to the delivery's state.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *UnsubscribeRefusedReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type UnsubscribeRefusedType `json:"type"`
 }
+
+// UnsubscribeRefusedReason Why a delivery is gone (`410`): `archived`.
+type UnsubscribeRefusedReason string
 
 // UnsubscribeRefusedType Always about:blank; the status and `field` carry what a client branches on.
 type UnsubscribeRefusedType string
@@ -5421,48 +8189,93 @@ type UnsupportedMediaType struct {
 	// Detail What to change, for a human.
 	Detail string      `json:"detail"`
 	Field  interface{} `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  interface{} `json:"title"`
+
+	// Reason Why a delivery is gone (`410`): `archived`.
+	Reason *UnsupportedMediaTypeReason `json:"reason,omitempty"`
+
+	// Segment The archive segment that holds a delivery that is gone (`410`).
+	Segment *string     `json:"segment,omitempty"`
+	Status  interface{} `json:"status"`
+	Title   interface{} `json:"title"`
 
 	// Type Always about:blank; the status and `field` carry what a client branches on.
 	Type UnsupportedMediaTypeType `json:"type"`
 }
 
+// UnsupportedMediaTypeReason Why a delivery is gone (`410`): `archived`.
+type UnsupportedMediaTypeReason string
+
 // UnsupportedMediaTypeType Always about:blank; the status and `field` carry what a client branches on.
 type UnsupportedMediaTypeType string
+
+// Healthz400ApplicationProblemPlusJSONResponseBodyReason defines parameters for Healthz.
+type Healthz400ApplicationProblemPlusJSONResponseBodyReason string
 
 // Healthz400ApplicationProblemPlusJSONResponseBodyType defines parameters for Healthz.
 type Healthz400ApplicationProblemPlusJSONResponseBodyType string
 
+// Healthz500ApplicationProblemPlusJSONResponseBodyReason defines parameters for Healthz.
+type Healthz500ApplicationProblemPlusJSONResponseBodyReason string
+
 // Healthz500ApplicationProblemPlusJSONResponseBodyType defines parameters for Healthz.
 type Healthz500ApplicationProblemPlusJSONResponseBodyType string
+
+// GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetOpenAPI.
+type GetOpenAPI400ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetOpenAPI400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetOpenAPI.
 type GetOpenAPI400ApplicationProblemPlusJSONResponseBodyType string
 
+// GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetOpenAPI.
+type GetOpenAPI500ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetOpenAPI500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetOpenAPI.
 type GetOpenAPI500ApplicationProblemPlusJSONResponseBodyType string
+
+// Readyz400ApplicationProblemPlusJSONResponseBodyReason defines parameters for Readyz.
+type Readyz400ApplicationProblemPlusJSONResponseBodyReason string
 
 // Readyz400ApplicationProblemPlusJSONResponseBodyType defines parameters for Readyz.
 type Readyz400ApplicationProblemPlusJSONResponseBodyType string
 
+// Readyz500ApplicationProblemPlusJSONResponseBodyReason defines parameters for Readyz.
+type Readyz500ApplicationProblemPlusJSONResponseBodyReason string
+
 // Readyz500ApplicationProblemPlusJSONResponseBodyType defines parameters for Readyz.
 type Readyz500ApplicationProblemPlusJSONResponseBodyType string
+
+// Readyz503ApplicationProblemPlusJSONResponseBodyReason defines parameters for Readyz.
+type Readyz503ApplicationProblemPlusJSONResponseBodyReason string
 
 // Readyz503ApplicationProblemPlusJSONResponseBodyType defines parameters for Readyz.
 type Readyz503ApplicationProblemPlusJSONResponseBodyType string
 
+// UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReason defines parameters for UnsubscribePage.
+type UnsubscribePage400ApplicationProblemPlusJSONResponseBodyReason string
+
 // UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
 type UnsubscribePage400ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReason defines parameters for UnsubscribePage.
+type UnsubscribePage403ApplicationProblemPlusJSONResponseBodyReason string
 
 // UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
 type UnsubscribePage403ApplicationProblemPlusJSONResponseBodyType string
 
+// UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReason defines parameters for UnsubscribePage.
+type UnsubscribePage404ApplicationProblemPlusJSONResponseBodyReason string
+
 // UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
 type UnsubscribePage404ApplicationProblemPlusJSONResponseBodyType string
 
+// UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReason defines parameters for UnsubscribePage.
+type UnsubscribePage405ApplicationProblemPlusJSONResponseBodyReason string
+
 // UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
 type UnsubscribePage405ApplicationProblemPlusJSONResponseBodyType string
+
+// UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReason defines parameters for UnsubscribePage.
+type UnsubscribePage500ApplicationProblemPlusJSONResponseBodyReason string
 
 // UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType defines parameters for UnsubscribePage.
 type UnsubscribePage500ApplicationProblemPlusJSONResponseBodyType string
@@ -5483,23 +8296,44 @@ type UnsubscribeFormdataBodyListUnsubscribe string
 // UnsubscribeMultipartBodyListUnsubscribe defines parameters for Unsubscribe.
 type UnsubscribeMultipartBodyListUnsubscribe string
 
+// Unsubscribe400ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe400ApplicationProblemPlusJSONResponseBodyReason string
+
 // Unsubscribe400ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe400ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe403ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe403ApplicationProblemPlusJSONResponseBodyReason string
 
 // Unsubscribe403ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe403ApplicationProblemPlusJSONResponseBodyType string
 
+// Unsubscribe404ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe404ApplicationProblemPlusJSONResponseBodyReason string
+
 // Unsubscribe404ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe404ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe405ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe405ApplicationProblemPlusJSONResponseBodyReason string
 
 // Unsubscribe405ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe405ApplicationProblemPlusJSONResponseBodyType string
 
+// Unsubscribe413ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe413ApplicationProblemPlusJSONResponseBodyReason string
+
 // Unsubscribe413ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe413ApplicationProblemPlusJSONResponseBodyType string
 
+// Unsubscribe500ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe500ApplicationProblemPlusJSONResponseBodyReason string
+
 // Unsubscribe500ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe500ApplicationProblemPlusJSONResponseBodyType string
+
+// Unsubscribe503ApplicationProblemPlusJSONResponseBodyReason defines parameters for Unsubscribe.
+type Unsubscribe503ApplicationProblemPlusJSONResponseBodyReason string
 
 // Unsubscribe503ApplicationProblemPlusJSONResponseBodyType defines parameters for Unsubscribe.
 type Unsubscribe503ApplicationProblemPlusJSONResponseBodyType string
@@ -5527,11 +8361,20 @@ type ListDeliveriesParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListDeliveries400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListDeliveries.
+type ListDeliveries400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListDeliveries400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListDeliveries.
 type ListDeliveries400ApplicationProblemPlusJSONResponseBodyType string
 
+// ListDeliveries401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListDeliveries.
+type ListDeliveries401ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListDeliveries401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListDeliveries.
 type ListDeliveries401ApplicationProblemPlusJSONResponseBodyType string
+
+// ListDeliveries500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListDeliveries.
+type ListDeliveries500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ListDeliveries500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListDeliveries.
 type ListDeliveries500ApplicationProblemPlusJSONResponseBodyType string
@@ -5543,23 +8386,44 @@ type AcceptDeliveryParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery400ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptDelivery400ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery400ApplicationProblemPlusJSONResponseBodyType string
+
+// AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery401ApplicationProblemPlusJSONResponseBodyReason string
 
 // AcceptDelivery401ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery401ApplicationProblemPlusJSONResponseBodyType string
 
+// AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery409ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptDelivery409ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery409ApplicationProblemPlusJSONResponseBodyType string
+
+// AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery413ApplicationProblemPlusJSONResponseBodyReason string
 
 // AcceptDelivery413ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery413ApplicationProblemPlusJSONResponseBodyType string
 
+// AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery415ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptDelivery415ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery415ApplicationProblemPlusJSONResponseBodyType string
 
+// AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery422ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptDelivery422ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery422ApplicationProblemPlusJSONResponseBodyType string
+
+// AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptDelivery.
+type AcceptDelivery500ApplicationProblemPlusJSONResponseBodyReason string
 
 // AcceptDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptDelivery.
 type AcceptDelivery500ApplicationProblemPlusJSONResponseBodyType string
@@ -5570,68 +8434,146 @@ type GetDeliveryParams struct {
 	AsOf *Timestamp `form:"as_of,omitempty" json:"as_of,omitempty"`
 }
 
+// GetDelivery400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDelivery.
+type GetDelivery400ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetDelivery400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDelivery.
 type GetDelivery400ApplicationProblemPlusJSONResponseBodyType string
+
+// GetDelivery401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDelivery.
+type GetDelivery401ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetDelivery401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDelivery.
 type GetDelivery401ApplicationProblemPlusJSONResponseBodyType string
 
+// GetDelivery404ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDelivery.
+type GetDelivery404ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetDelivery404ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDelivery.
 type GetDelivery404ApplicationProblemPlusJSONResponseBodyType string
+
+// GetDelivery410ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDelivery.
+type GetDelivery410ApplicationProblemPlusJSONResponseBodyType string
+
+// GetDelivery500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDelivery.
+type GetDelivery500ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDelivery.
 type GetDelivery500ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelDelivery400ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery400ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelDelivery400ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery400ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery401ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery401ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelDelivery401ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery401ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelDelivery404ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery404ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelDelivery404ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery404ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery409ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery409ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelDelivery409ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery409ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelDelivery410ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
+type CancelDelivery410ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery413ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery413ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelDelivery413ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery413ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelDelivery415ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery415ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelDelivery415ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery415ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelDelivery500ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelDelivery.
+type CancelDelivery500ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelDelivery.
 type CancelDelivery500ApplicationProblemPlusJSONResponseBodyType string
+
+// GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDeliveryEvents.
+type GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDeliveryEvents.
 type GetDeliveryEvents400ApplicationProblemPlusJSONResponseBodyType string
 
+// GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDeliveryEvents.
+type GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDeliveryEvents.
 type GetDeliveryEvents401ApplicationProblemPlusJSONResponseBodyType string
+
+// GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDeliveryEvents.
+type GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDeliveryEvents.
 type GetDeliveryEvents404ApplicationProblemPlusJSONResponseBodyType string
 
+// GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDeliveryEvents.
+type GetDeliveryEvents410ApplicationProblemPlusJSONResponseBodyType string
+
+// GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetDeliveryEvents.
+type GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetDeliveryEvents.
 type GetDeliveryEvents500ApplicationProblemPlusJSONResponseBodyType string
+
+// ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery400ApplicationProblemPlusJSONResponseBodyType string
 
+// ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery401ApplicationProblemPlusJSONResponseBodyType string
+
+// ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery404ApplicationProblemPlusJSONResponseBodyType string
 
+// ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery409ApplicationProblemPlusJSONResponseBodyType string
+
+// ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
+type ReconcileDelivery410ApplicationProblemPlusJSONResponseBodyType string
+
+// ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery413ApplicationProblemPlusJSONResponseBodyType string
 
+// ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery415ApplicationProblemPlusJSONResponseBodyType string
+
+// ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReconcileDelivery.
+type ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for ReconcileDelivery.
 type ReconcileDelivery500ApplicationProblemPlusJSONResponseBodyType string
@@ -5643,26 +8585,53 @@ type ReplayDeliveryParams struct {
 	IdempotencyKey *OptionalIdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDelivery400ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery400ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery401ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDelivery401ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery401ApplicationProblemPlusJSONResponseBodyType string
 
+// ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery404ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDelivery404ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery404ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery409ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDelivery409ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery409ApplicationProblemPlusJSONResponseBodyType string
 
+// ReplayDelivery410ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
+type ReplayDelivery410ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery413ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDelivery413ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery413ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery415ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDelivery415ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery415ApplicationProblemPlusJSONResponseBodyType string
 
+// ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery422ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDelivery422ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery422ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDelivery.
+type ReplayDelivery500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDelivery500ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDelivery.
 type ReplayDelivery500ApplicationProblemPlusJSONResponseBodyType string
@@ -5694,11 +8663,20 @@ type ListDLQParams struct {
 // ListDLQParamsState defines parameters for ListDLQ.
 type ListDLQParamsState string
 
+// ListDLQ400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListDLQ.
+type ListDLQ400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListDLQ400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListDLQ.
 type ListDLQ400ApplicationProblemPlusJSONResponseBodyType string
 
+// ListDLQ401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListDLQ.
+type ListDLQ401ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListDLQ401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListDLQ.
 type ListDLQ401ApplicationProblemPlusJSONResponseBodyType string
+
+// ListDLQ500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListDLQ.
+type ListDLQ500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ListDLQ500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListDLQ.
 type ListDLQ500ApplicationProblemPlusJSONResponseBodyType string
@@ -5734,23 +8712,44 @@ type ReplayDLQPageParams struct {
 // ReplayDLQPageParamsState defines parameters for ReplayDLQPage.
 type ReplayDLQPageParamsState string
 
+// ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage400ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage401ApplicationProblemPlusJSONResponseBodyType string
 
+// ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage409ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage413ApplicationProblemPlusJSONResponseBodyType string
 
+// ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage415ApplicationProblemPlusJSONResponseBodyType string
 
+// ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyReason string
+
 // ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage422ApplicationProblemPlusJSONResponseBodyType string
+
+// ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ReplayDLQPage.
+type ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyType defines parameters for ReplayDLQPage.
 type ReplayDLQPage500ApplicationProblemPlusJSONResponseBodyType string
@@ -5762,41 +8761,80 @@ type AcceptNotificationParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// AcceptNotification400ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification400ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptNotification400ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification400ApplicationProblemPlusJSONResponseBodyType string
+
+// AcceptNotification401ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification401ApplicationProblemPlusJSONResponseBodyReason string
 
 // AcceptNotification401ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification401ApplicationProblemPlusJSONResponseBodyType string
 
+// AcceptNotification409ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification409ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptNotification409ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification409ApplicationProblemPlusJSONResponseBodyType string
+
+// AcceptNotification413ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification413ApplicationProblemPlusJSONResponseBodyReason string
 
 // AcceptNotification413ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification413ApplicationProblemPlusJSONResponseBodyType string
 
+// AcceptNotification415ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification415ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptNotification415ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification415ApplicationProblemPlusJSONResponseBodyType string
+
+// AcceptNotification422ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification422ApplicationProblemPlusJSONResponseBodyReason string
 
 // AcceptNotification422ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification422ApplicationProblemPlusJSONResponseBodyType string
 
+// AcceptNotification500ApplicationProblemPlusJSONResponseBodyReason defines parameters for AcceptNotification.
+type AcceptNotification500ApplicationProblemPlusJSONResponseBodyReason string
+
 // AcceptNotification500ApplicationProblemPlusJSONResponseBodyType defines parameters for AcceptNotification.
 type AcceptNotification500ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification400ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelNotification.
+type CancelNotification400ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelNotification400ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification400ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelNotification401ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelNotification.
+type CancelNotification401ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelNotification401ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification401ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification404ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelNotification.
+type CancelNotification404ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelNotification404ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification404ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelNotification413ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelNotification.
+type CancelNotification413ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelNotification413ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification413ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelNotification415ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelNotification.
+type CancelNotification415ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelNotification415ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification415ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelNotification500ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelNotification.
+type CancelNotification500ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelNotification500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelNotification.
 type CancelNotification500ApplicationProblemPlusJSONResponseBodyType string
@@ -5807,35 +8845,68 @@ type ListPreferencesParams struct {
 	Recipient string  `form:"recipient" json:"recipient"`
 }
 
+// ListPreferences400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListPreferences.
+type ListPreferences400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListPreferences400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListPreferences.
 type ListPreferences400ApplicationProblemPlusJSONResponseBodyType string
+
+// ListPreferences401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListPreferences.
+type ListPreferences401ApplicationProblemPlusJSONResponseBodyReason string
 
 // ListPreferences401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListPreferences.
 type ListPreferences401ApplicationProblemPlusJSONResponseBodyType string
 
+// ListPreferences500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListPreferences.
+type ListPreferences500ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListPreferences500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListPreferences.
 type ListPreferences500ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference400ApplicationProblemPlusJSONResponseBodyReason defines parameters for PutPreference.
+type PutPreference400ApplicationProblemPlusJSONResponseBodyReason string
 
 // PutPreference400ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
 type PutPreference400ApplicationProblemPlusJSONResponseBodyType string
 
+// PutPreference401ApplicationProblemPlusJSONResponseBodyReason defines parameters for PutPreference.
+type PutPreference401ApplicationProblemPlusJSONResponseBodyReason string
+
 // PutPreference401ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
 type PutPreference401ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference413ApplicationProblemPlusJSONResponseBodyReason defines parameters for PutPreference.
+type PutPreference413ApplicationProblemPlusJSONResponseBodyReason string
 
 // PutPreference413ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
 type PutPreference413ApplicationProblemPlusJSONResponseBodyType string
 
+// PutPreference415ApplicationProblemPlusJSONResponseBodyReason defines parameters for PutPreference.
+type PutPreference415ApplicationProblemPlusJSONResponseBodyReason string
+
 // PutPreference415ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
 type PutPreference415ApplicationProblemPlusJSONResponseBodyType string
+
+// PutPreference500ApplicationProblemPlusJSONResponseBodyReason defines parameters for PutPreference.
+type PutPreference500ApplicationProblemPlusJSONResponseBodyReason string
 
 // PutPreference500ApplicationProblemPlusJSONResponseBodyType defines parameters for PutPreference.
 type PutPreference500ApplicationProblemPlusJSONResponseBodyType string
 
+// ListProviders400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListProviders.
+type ListProviders400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListProviders400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListProviders.
 type ListProviders400ApplicationProblemPlusJSONResponseBodyType string
 
+// ListProviders401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListProviders.
+type ListProviders401ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListProviders401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListProviders.
 type ListProviders401ApplicationProblemPlusJSONResponseBodyType string
+
+// ListProviders500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListProviders.
+type ListProviders500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ListProviders500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListProviders.
 type ListProviders500ApplicationProblemPlusJSONResponseBodyType string
@@ -5846,20 +8917,38 @@ type RecordReceiptByQueryParams struct {
 	Callback *map[string]string `form:"callback,omitempty" json:"callback,omitempty"`
 }
 
+// RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceiptByQuery.
+type RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyReason string
+
 // RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceiptByQuery.
 type RecordReceiptByQuery400ApplicationProblemPlusJSONResponseBodyType string
+
+// RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceiptByQuery.
+type RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyReason string
 
 // RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceiptByQuery.
 type RecordReceiptByQuery403ApplicationProblemPlusJSONResponseBodyType string
 
+// RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceiptByQuery.
+type RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyReason string
+
 // RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceiptByQuery.
 type RecordReceiptByQuery404ApplicationProblemPlusJSONResponseBodyType string
+
+// RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceiptByQuery.
+type RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyReason string
 
 // RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceiptByQuery.
 type RecordReceiptByQuery405ApplicationProblemPlusJSONResponseBodyType string
 
+// RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceiptByQuery.
+type RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyReason string
+
 // RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceiptByQuery.
 type RecordReceiptByQuery500ApplicationProblemPlusJSONResponseBodyType string
+
+// RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceiptByQuery.
+type RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyReason string
 
 // RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceiptByQuery.
 type RecordReceiptByQuery503ApplicationProblemPlusJSONResponseBodyType string
@@ -5880,20 +8969,38 @@ type RecordReceiptParams struct {
 	XTwilioSignature *string `json:"X-Twilio-Signature,omitempty"`
 }
 
+// RecordReceipt400ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceipt.
+type RecordReceipt400ApplicationProblemPlusJSONResponseBodyReason string
+
 // RecordReceipt400ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceipt.
 type RecordReceipt400ApplicationProblemPlusJSONResponseBodyType string
+
+// RecordReceipt403ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceipt.
+type RecordReceipt403ApplicationProblemPlusJSONResponseBodyReason string
 
 // RecordReceipt403ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceipt.
 type RecordReceipt403ApplicationProblemPlusJSONResponseBodyType string
 
+// RecordReceipt404ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceipt.
+type RecordReceipt404ApplicationProblemPlusJSONResponseBodyReason string
+
 // RecordReceipt404ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceipt.
 type RecordReceipt404ApplicationProblemPlusJSONResponseBodyType string
+
+// RecordReceipt413ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceipt.
+type RecordReceipt413ApplicationProblemPlusJSONResponseBodyReason string
 
 // RecordReceipt413ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceipt.
 type RecordReceipt413ApplicationProblemPlusJSONResponseBodyType string
 
+// RecordReceipt500ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceipt.
+type RecordReceipt500ApplicationProblemPlusJSONResponseBodyReason string
+
 // RecordReceipt500ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceipt.
 type RecordReceipt500ApplicationProblemPlusJSONResponseBodyType string
+
+// RecordReceipt503ApplicationProblemPlusJSONResponseBodyReason defines parameters for RecordReceipt.
+type RecordReceipt503ApplicationProblemPlusJSONResponseBodyReason string
 
 // RecordReceipt503ApplicationProblemPlusJSONResponseBodyType defines parameters for RecordReceipt.
 type RecordReceipt503ApplicationProblemPlusJSONResponseBodyType string
@@ -5903,11 +9010,20 @@ type ListReplayJobsParams struct {
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListReplayJobs.
+type ListReplayJobs400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListReplayJobs400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListReplayJobs.
 type ListReplayJobs400ApplicationProblemPlusJSONResponseBodyType string
 
+// ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListReplayJobs.
+type ListReplayJobs401ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListReplayJobs401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListReplayJobs.
 type ListReplayJobs401ApplicationProblemPlusJSONResponseBodyType string
+
+// ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListReplayJobs.
+type ListReplayJobs500ApplicationProblemPlusJSONResponseBodyReason string
 
 // ListReplayJobs500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListReplayJobs.
 type ListReplayJobs500ApplicationProblemPlusJSONResponseBodyType string
@@ -5919,80 +9035,158 @@ type CreateReplayJobParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob400ApplicationProblemPlusJSONResponseBodyReason string
+
 // CreateReplayJob400ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob400ApplicationProblemPlusJSONResponseBodyType string
+
+// CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob401ApplicationProblemPlusJSONResponseBodyReason string
 
 // CreateReplayJob401ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob401ApplicationProblemPlusJSONResponseBodyType string
 
+// CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob409ApplicationProblemPlusJSONResponseBodyReason string
+
 // CreateReplayJob409ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob409ApplicationProblemPlusJSONResponseBodyType string
+
+// CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob413ApplicationProblemPlusJSONResponseBodyReason string
 
 // CreateReplayJob413ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob413ApplicationProblemPlusJSONResponseBodyType string
 
+// CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob415ApplicationProblemPlusJSONResponseBodyReason string
+
 // CreateReplayJob415ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob415ApplicationProblemPlusJSONResponseBodyType string
+
+// CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob422ApplicationProblemPlusJSONResponseBodyReason string
 
 // CreateReplayJob422ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob422ApplicationProblemPlusJSONResponseBodyType string
 
+// CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReason defines parameters for CreateReplayJob.
+type CreateReplayJob500ApplicationProblemPlusJSONResponseBodyReason string
+
 // CreateReplayJob500ApplicationProblemPlusJSONResponseBodyType defines parameters for CreateReplayJob.
 type CreateReplayJob500ApplicationProblemPlusJSONResponseBodyType string
+
+// GetReplayJob400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetReplayJob.
+type GetReplayJob400ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetReplayJob400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetReplayJob.
 type GetReplayJob400ApplicationProblemPlusJSONResponseBodyType string
 
+// GetReplayJob401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetReplayJob.
+type GetReplayJob401ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetReplayJob401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetReplayJob.
 type GetReplayJob401ApplicationProblemPlusJSONResponseBodyType string
+
+// GetReplayJob404ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetReplayJob.
+type GetReplayJob404ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetReplayJob404ApplicationProblemPlusJSONResponseBodyType defines parameters for GetReplayJob.
 type GetReplayJob404ApplicationProblemPlusJSONResponseBodyType string
 
+// GetReplayJob500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetReplayJob.
+type GetReplayJob500ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetReplayJob500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetReplayJob.
 type GetReplayJob500ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelReplayJob.
+type CancelReplayJob400ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
 type CancelReplayJob400ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelReplayJob.
+type CancelReplayJob401ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
 type CancelReplayJob401ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelReplayJob.
+type CancelReplayJob404ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
 type CancelReplayJob404ApplicationProblemPlusJSONResponseBodyType string
 
+// CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelReplayJob.
+type CancelReplayJob409ApplicationProblemPlusJSONResponseBodyReason string
+
 // CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
 type CancelReplayJob409ApplicationProblemPlusJSONResponseBodyType string
+
+// CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReason defines parameters for CancelReplayJob.
+type CancelReplayJob500ApplicationProblemPlusJSONResponseBodyReason string
 
 // CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType defines parameters for CancelReplayJob.
 type CancelReplayJob500ApplicationProblemPlusJSONResponseBodyType string
 
+// GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetAcceptAnswer.
+type GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetAcceptAnswer.
 type GetAcceptAnswer400ApplicationProblemPlusJSONResponseBodyType string
+
+// GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetAcceptAnswer.
+type GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetAcceptAnswer.
 type GetAcceptAnswer401ApplicationProblemPlusJSONResponseBodyType string
 
+// GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetAcceptAnswer.
+type GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyType defines parameters for GetAcceptAnswer.
 type GetAcceptAnswer404ApplicationProblemPlusJSONResponseBodyType string
+
+// GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetAcceptAnswer.
+type GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetAcceptAnswer.
 type GetAcceptAnswer500ApplicationProblemPlusJSONResponseBodyType string
 
+// GetStats400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetStats.
+type GetStats400ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetStats400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStats.
 type GetStats400ApplicationProblemPlusJSONResponseBodyType string
+
+// GetStats401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetStats.
+type GetStats401ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetStats401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStats.
 type GetStats401ApplicationProblemPlusJSONResponseBodyType string
 
+// GetStats500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetStats.
+type GetStats500ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetStats500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStats.
 type GetStats500ApplicationProblemPlusJSONResponseBodyType string
+
+// GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetStatsMinutes.
+type GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStatsMinutes.
 type GetStatsMinutes400ApplicationProblemPlusJSONResponseBodyType string
 
+// GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetStatsMinutes.
+type GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStatsMinutes.
 type GetStatsMinutes401ApplicationProblemPlusJSONResponseBodyType string
+
+// GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetStatsMinutes.
+type GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetStatsMinutes.
 type GetStatsMinutes500ApplicationProblemPlusJSONResponseBodyType string
@@ -6012,56 +9206,110 @@ type ListSuppressionsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListSuppressions400ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListSuppressions.
+type ListSuppressions400ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListSuppressions400ApplicationProblemPlusJSONResponseBodyType defines parameters for ListSuppressions.
 type ListSuppressions400ApplicationProblemPlusJSONResponseBodyType string
+
+// ListSuppressions401ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListSuppressions.
+type ListSuppressions401ApplicationProblemPlusJSONResponseBodyReason string
 
 // ListSuppressions401ApplicationProblemPlusJSONResponseBodyType defines parameters for ListSuppressions.
 type ListSuppressions401ApplicationProblemPlusJSONResponseBodyType string
 
+// ListSuppressions500ApplicationProblemPlusJSONResponseBodyReason defines parameters for ListSuppressions.
+type ListSuppressions500ApplicationProblemPlusJSONResponseBodyReason string
+
 // ListSuppressions500ApplicationProblemPlusJSONResponseBodyType defines parameters for ListSuppressions.
 type ListSuppressions500ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression400ApplicationProblemPlusJSONResponseBodyReason defines parameters for AddSuppression.
+type AddSuppression400ApplicationProblemPlusJSONResponseBodyReason string
 
 // AddSuppression400ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
 type AddSuppression400ApplicationProblemPlusJSONResponseBodyType string
 
+// AddSuppression401ApplicationProblemPlusJSONResponseBodyReason defines parameters for AddSuppression.
+type AddSuppression401ApplicationProblemPlusJSONResponseBodyReason string
+
 // AddSuppression401ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
 type AddSuppression401ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression413ApplicationProblemPlusJSONResponseBodyReason defines parameters for AddSuppression.
+type AddSuppression413ApplicationProblemPlusJSONResponseBodyReason string
 
 // AddSuppression413ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
 type AddSuppression413ApplicationProblemPlusJSONResponseBodyType string
 
+// AddSuppression415ApplicationProblemPlusJSONResponseBodyReason defines parameters for AddSuppression.
+type AddSuppression415ApplicationProblemPlusJSONResponseBodyReason string
+
 // AddSuppression415ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
 type AddSuppression415ApplicationProblemPlusJSONResponseBodyType string
+
+// AddSuppression500ApplicationProblemPlusJSONResponseBodyReason defines parameters for AddSuppression.
+type AddSuppression500ApplicationProblemPlusJSONResponseBodyReason string
 
 // AddSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for AddSuppression.
 type AddSuppression500ApplicationProblemPlusJSONResponseBodyType string
 
+// RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReason defines parameters for RemoveSuppression.
+type RemoveSuppression400ApplicationProblemPlusJSONResponseBodyReason string
+
 // RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
 type RemoveSuppression400ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReason defines parameters for RemoveSuppression.
+type RemoveSuppression401ApplicationProblemPlusJSONResponseBodyReason string
 
 // RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
 type RemoveSuppression401ApplicationProblemPlusJSONResponseBodyType string
 
+// RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReason defines parameters for RemoveSuppression.
+type RemoveSuppression404ApplicationProblemPlusJSONResponseBodyReason string
+
 // RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
 type RemoveSuppression404ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReason defines parameters for RemoveSuppression.
+type RemoveSuppression413ApplicationProblemPlusJSONResponseBodyReason string
 
 // RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
 type RemoveSuppression413ApplicationProblemPlusJSONResponseBodyType string
 
+// RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReason defines parameters for RemoveSuppression.
+type RemoveSuppression415ApplicationProblemPlusJSONResponseBodyReason string
+
 // RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
 type RemoveSuppression415ApplicationProblemPlusJSONResponseBodyType string
+
+// RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReason defines parameters for RemoveSuppression.
+type RemoveSuppression500ApplicationProblemPlusJSONResponseBodyReason string
 
 // RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for RemoveSuppression.
 type RemoveSuppression500ApplicationProblemPlusJSONResponseBodyType string
 
+// GetSuppression400ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetSuppression.
+type GetSuppression400ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetSuppression400ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
 type GetSuppression400ApplicationProblemPlusJSONResponseBodyType string
+
+// GetSuppression401ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetSuppression.
+type GetSuppression401ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetSuppression401ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
 type GetSuppression401ApplicationProblemPlusJSONResponseBodyType string
 
+// GetSuppression404ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetSuppression.
+type GetSuppression404ApplicationProblemPlusJSONResponseBodyReason string
+
 // GetSuppression404ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
 type GetSuppression404ApplicationProblemPlusJSONResponseBodyType string
+
+// GetSuppression500ApplicationProblemPlusJSONResponseBodyReason defines parameters for GetSuppression.
+type GetSuppression500ApplicationProblemPlusJSONResponseBodyReason string
 
 // GetSuppression500ApplicationProblemPlusJSONResponseBodyType defines parameters for GetSuppression.
 type GetSuppression500ApplicationProblemPlusJSONResponseBodyType string
@@ -11378,6 +14626,8 @@ type GetDeliveryResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *DeliveryNotFound
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Archived
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -11402,6 +14652,11 @@ func (r GetDeliveryResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetDeliveryResponse) GetApplicationproblemJSON404() *DeliveryNotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r GetDeliveryResponse) GetApplicationproblemJSON410() *Archived {
+	return r.ApplicationproblemJSON410
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -11461,6 +14716,8 @@ type CancelDeliveryResponse struct {
 	ApplicationproblemJSON404 *DeliveryNotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Archived
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -11496,6 +14753,11 @@ func (r CancelDeliveryResponse) GetApplicationproblemJSON404() *DeliveryNotFound
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CancelDeliveryResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r CancelDeliveryResponse) GetApplicationproblemJSON410() *Archived {
+	return r.ApplicationproblemJSON410
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -11558,6 +14820,8 @@ type GetDeliveryEventsResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *DeliveryNotFound
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Archived
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *InternalError
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -11582,6 +14846,11 @@ func (r GetDeliveryEventsResponse) GetApplicationproblemJSON401() *Unauthorized 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetDeliveryEventsResponse) GetApplicationproblemJSON404() *DeliveryNotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r GetDeliveryEventsResponse) GetApplicationproblemJSON410() *Archived {
+	return r.ApplicationproblemJSON410
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -11641,6 +14910,8 @@ type ReconcileDeliveryResponse struct {
 	ApplicationproblemJSON404 *DeliveryNotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Archived
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -11676,6 +14947,11 @@ func (r ReconcileDeliveryResponse) GetApplicationproblemJSON404() *DeliveryNotFo
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r ReconcileDeliveryResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ReconcileDeliveryResponse) GetApplicationproblemJSON410() *Archived {
+	return r.ApplicationproblemJSON410
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -11745,6 +15021,8 @@ type ReplayDeliveryResponse struct {
 	ApplicationproblemJSON404 *DeliveryNotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Archived
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *PayloadTooLarge
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
@@ -11782,6 +15060,11 @@ func (r ReplayDeliveryResponse) GetApplicationproblemJSON404() *DeliveryNotFound
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r ReplayDeliveryResponse) GetApplicationproblemJSON409() *Conflict {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ReplayDeliveryResponse) GetApplicationproblemJSON410() *Archived {
+	return r.ApplicationproblemJSON410
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -14906,6 +18189,13 @@ func ParseGetDeliveryResponse(rsp *http.Response) (*GetDeliveryResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Archived
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14979,6 +18269,13 @@ func ParseCancelDeliveryResponse(rsp *http.Response) (*CancelDeliveryResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Archived
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
@@ -15071,6 +18368,13 @@ func ParseGetDeliveryEventsResponse(rsp *http.Response) (*GetDeliveryEventsRespo
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Archived
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15144,6 +18448,13 @@ func ParseReconcileDeliveryResponse(rsp *http.Response) (*ReconcileDeliveryRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Archived
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
@@ -15242,6 +18553,13 @@ func ParseReplayDeliveryResponse(rsp *http.Response) (*ReplayDeliveryResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Archived
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
