@@ -66,8 +66,9 @@ type PartitionConfig struct {
 	// epoch. A whole number of milliseconds, at least one second.
 	Width time.Duration
 	// Ahead is how far past now partitions exist. Zero: the default, the larger of three widths
-	// and an hour, so that a missed maintenance round or two never leaves a write without its
-	// partition.
+	// and of an hour or thirty widths, whichever is less, so that a missed maintenance round or
+	// two never leaves a write without its partition, and seconds-wide partitions (tests) are
+	// not created by the thousand.
 	Ahead time.Duration
 }
 
@@ -87,7 +88,7 @@ func (c PartitionConfig) ahead() time.Duration {
 	if c.Ahead > 0 {
 		return c.Ahead
 	}
-	return max(3*c.Width, time.Hour)
+	return max(3*c.Width, min(time.Hour, 30*c.Width))
 }
 
 // partitionFloor is the boundary at or before t.
@@ -200,38 +201,42 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var created []Partition
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLockID); err != nil {
-			return err
-		}
-		until := now.Add(cfg.ahead())
-		for _, t := range tables {
-			have, err := Partitions(ctx, tx, t.Name)
-			if err != nil {
-				return err
-			}
-			from := partitionFloor(now, cfg.Width)
-			if len(have) > 0 {
-				from = have[len(have)-1].To
-			}
-			for from.Before(until) {
-				to := partitionFloor(from, cfg.Width).Add(cfg.Width)
-				p := Partition{Table: t.Name, Name: partitionName(t.Name, from, to), From: from, To: to}
-				if err := attachPartition(ctx, tx, t, p); err != nil {
-					return err
-				}
-				created = append(created, p)
-				from = to
-			}
-		}
-		return nil
-	})
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ensure partitions: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, partitionLockID); err != nil {
+		return nil, fmt.Errorf("ensure partitions: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockID) //nolint:errcheck
+	var created []Partition
+	until := now.Add(cfg.ahead())
+	for _, t := range tables {
+		have, err := Partitions(ctx, conn, t.Name)
+		if err != nil {
+			return created, fmt.Errorf("ensure partitions: %w", err)
+		}
+		from := partitionFloor(now, cfg.Width)
+		if len(have) > 0 {
+			from = have[len(have)-1].To
+		}
+		for from.Before(until) {
+			to := partitionFloor(from, cfg.Width).Add(cfg.Width)
+			p := Partition{Table: t.Name, Name: partitionName(t.Name, from, to), From: from, To: to}
+			// One transaction per partition: its locks (the table, its indexes, the parent's)
+			// end with it, however many partitions a round creates.
+			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+					return err
+				}
+				return attachPartition(ctx, tx, t, p)
+			}); err != nil {
+				return created, fmt.Errorf("ensure partitions: %w", err)
+			}
+			created = append(created, p)
+			from = to
+		}
 	}
 	return created, nil
 }
