@@ -2,13 +2,13 @@ package retention
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
-	"github.com/deliveryledger/ledger/adapters/archive"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -69,7 +69,32 @@ type Store interface {
 	// Finish records p's segment archived with its manifest and counters and drops p, then the
 	// partitions of the tables that follow the history (views, payloads, accept answers) that
 	// no partition of the history overlaps any more.
-	Finish(ctx context.Context, p Partition, m archive.Manifest, counters []Counter) error
+	Finish(ctx context.Context, p Partition, a Archived, counters []Counter) error
+}
+
+// Segment is what the archive is asked to keep: the events of one partition, of the deliveries
+// accepted in [From, To).
+type Segment struct {
+	ID       string
+	From, To time.Time
+}
+
+// Archived is what the archive holds of a segment, written and checked.
+type Archived struct {
+	Events, Deliveries, Bytes int64
+	File                      string
+	// Manifest is the archive's own description of the segment, kept with the segment's row.
+	Manifest json.RawMessage
+}
+
+// Archive is where leaving partitions go (archive.ForRetention, over an archive.Store).
+type Archive interface {
+	// Keep writes the segment's events (events calls emit once per event, in log order), reads
+	// them back and checks them against the events given, and says what it holds. A segment
+	// kept before (a pass that stopped before its drop) is answered as it is.
+	Keep(ctx context.Context, seg Segment, events func(emit func(projections.LoggedEvent) error) error) (Archived, error)
+	// Compare reads segment id beside the events read again, and fails at the first that differs.
+	Compare(ctx context.Context, id string, events func(emit func(projections.LoggedEvent) error) error) error
 }
 
 // Observer hears what a pass did, for metrics.
@@ -89,9 +114,8 @@ type Observer interface {
 // and check it against the rows, and only then drops it. Anything else leaves the partition
 // where it is, attached again, and is tried at the next round.
 type Pass struct {
-	Store Store
-	// Archive is where leaving partitions go (archive.Dir).
-	Archive  archive.Store
+	Store    Store
+	Archive  Archive
 	Config   Config
 	Observer Observer
 	Logger   *slog.Logger
@@ -252,21 +276,12 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 		// segment, and a read of an id in its range stays not found.
 		return true, p.Store.DropEmpty(ctx, part)
 	}
-	seg := archive.Segment{ID: part.Name, Partition: part.Name, From: part.From, To: part.To}
-	m, err := p.Archive.Put(ctx, seg, func(emit func(projections.LoggedEvent) error) error {
-		return p.Store.Events(ctx, part, emit)
-	})
-	if errors.Is(err, archive.ErrExists) {
-		// A pass wrote it and stopped before the drop: the manifest is only written once the
-		// file was read back and checked, so it stands; Finish compares its counts.
-		m, err = p.manifest(ctx, part.Name)
-	}
+	read := func(emit func(projections.LoggedEvent) error) error { return p.Store.Events(ctx, part, emit) }
+	m, err := p.Archive.Keep(ctx, Segment{ID: part.Name, From: part.From, To: part.To}, read)
 	if err == nil {
-		// The file was read back against the events as Put was given them; read the rows
-		// again, beside the archive, line by line.
-		err = archive.CompareRows(ctx, p.Archive, part.Name, func(emit func(projections.LoggedEvent) error) error {
-			return p.Store.Events(ctx, part, emit)
-		})
+		// The archive checked what it read back against the events as it was given them; read
+		// the rows again, beside the archive, line by line.
+		err = p.Archive.Compare(ctx, part.Name, read)
 	}
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrCheckFailed, err)
@@ -289,19 +304,6 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 			"deliveries", m.Deliveries, "bytes", m.Bytes, "file", m.File)
 	}
 	return true, nil
-}
-
-func (p *Pass) manifest(ctx context.Context, id string) (archive.Manifest, error) {
-	all, err := p.Archive.Manifests(ctx)
-	if err != nil {
-		return archive.Manifest{}, err
-	}
-	for _, m := range all {
-		if m.ID == id {
-			return m, nil
-		}
-	}
-	return archive.Manifest{}, fmt.Errorf("segment %s: exists but has no manifest", id)
 }
 
 // terminalTypes are the event types after which a delivery is terminal.

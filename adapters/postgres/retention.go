@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/deliveryledger/ledger/adapters/archive"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 	"github.com/deliveryledger/ledger/retention"
@@ -294,12 +293,9 @@ WHERE id = $1 AND state = 'archiving'`
 
 // Finish checks the partition's rows against the manifest once more (their count), records the
 // segment archived and drops the partition in one transaction, then drops what follows it out.
-func (s *RetentionStore) Finish(ctx context.Context, p retention.Partition, m archive.Manifest, counters []retention.Counter) error {
+func (s *RetentionStore) Finish(ctx context.Context, p retention.Partition, m retention.Archived, counters []retention.Counter) error {
 	name := pgx.Identifier{p.Name}.Sanitize()
-	manifest, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
+	manifest := m.Manifest
 	counts, err := json.Marshal(counters)
 	if err != nil {
 		return err

@@ -49,7 +49,7 @@ func setupRetention(t *testing.T) *retentionBundle {
 		t.Fatal(err)
 	}
 	b := &retentionBundle{db: db, store: postgres.NewEventStore(db.Pool), dir: dir, seen: &observed{}}
-	b.pass = &retention.Pass{Store: postgres.NewRetentionStore(db.Pool), Archive: dir, Observer: b.seen,
+	b.pass = &retention.Pass{Store: postgres.NewRetentionStore(db.Pool), Archive: archive.ForRetention{Store: dir}, Observer: b.seen,
 		Config: retention.Config{Keep: 4 * time.Second, Partition: retentionWidth, ArchiveDir: dir.Root}}
 	return b
 }
@@ -235,7 +235,7 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	id := b.delivery(t, "acme", "delivered")
 	part := b.partitionOf(t, id)
 	nextPartition(t0)
-	b.pass.Archive = corrupting{b.dir}
+	b.pass.Archive = archive.ForRetention{Store: corrupting{b.dir}}
 	b.pass.Now = func() time.Time { return time.Now().Add(20 * time.Second) }
 	_, err := b.pass.Round(ctx)
 	if !errors.Is(err, retention.ErrCheckFailed) || b.seen.failed != 1 {
@@ -251,7 +251,7 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	}
 	// With an archive that reads true, the next round moves it (the manifest from the failed
 	// round is reused: it was checked against the events Put was given).
-	b.pass.Archive = b.dir
+	b.pass.Archive = archive.ForRetention{Store: b.dir}
 	if _, err := b.pass.Round(ctx); err != nil {
 		t.Fatalf("round after the fix: %v", err)
 	}

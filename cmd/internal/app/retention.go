@@ -58,7 +58,7 @@ func (a *App) retentionPass() (*retention.Pass, error) {
 	if err != nil {
 		return nil, fmt.Errorf("retention.archive_dir: %w", err)
 	}
-	return &retention.Pass{Store: postgres.NewRetentionStore(a.pool), Archive: dir, Config: a.retention,
+	return &retention.Pass{Store: postgres.NewRetentionStore(a.pool), Archive: archive.ForRetention{Store: dir}, Config: a.retention,
 		Observer: a.metrics, Logger: a.logger.With("role", "retention")}, nil
 }
 
