@@ -440,9 +440,9 @@ FROM unnest($1::text[]) AS u(k)`
 const sqlstateDivisionByZero = "22012"
 
 // acceptRequestsAbsent follows acceptRequestLockAll in the write of new requests and fails with
-// division_by_zero when a key is recorded already, in any partition of accept_requests: the key
-// (tenant, request_key) is unique in each partition only (migration 0019), so the insert's unique
-// violation no longer tells a key recorded in an older partition. It reads under the keys' locks,
+// division_by_zero when a key is recorded already, in any partition of accept_requests: since the
+// table is partitioned by created_at (migration 0019) its primary key holds created_at too, and
+// no unique index refuses a second row of a key any more. It reads under the keys' locks,
 // in a statement of its own, so it sees every request of those keys that has committed: a
 // concurrent first use either holds a lock (and the write fails on it) or has committed (and
 // this fails). It probes each partition's key index once per key.
