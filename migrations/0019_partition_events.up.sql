@@ -67,9 +67,9 @@ CREATE TABLE notification_payloads (
 
 ALTER TABLE accept_requests RENAME TO accept_requests_unpartitioned;
 ALTER TABLE accept_requests_unpartitioned DROP CONSTRAINT accept_requests_pkey;
--- The key (tenant, request_key) is unique in each partition only: the accept's writes refuse a
--- key that any partition holds, under the key's advisory lock (adapters/postgres,
--- acceptRequestsAbsent).
+-- The primary key must hold created_at, so it no longer makes (tenant, request_key) unique, in
+-- a partition or across them: the accept's writes refuse a key that any row holds, under the
+-- key's advisory lock (adapters/postgres, acceptRequestsAbsent). The key stays its index's lead.
 CREATE TABLE accept_requests (
     tenant       text        NOT NULL,
     request_key  text        NOT NULL,

@@ -472,14 +472,15 @@ FROM unnest($1::text[]) AS u(k)`
 const sqlstateDivisionByZero = "22012"
 
 // acceptRequestsAbsent follows acceptRequestLockAll in the write of new requests and fails with
-// division_by_zero when a key is recorded already, in any partition of accept_requests: the key
-// (tenant, request_key) is unique in each partition only (migration 0019), so the insert's unique
-// violation no longer tells a key recorded in an older partition. It reads under the keys' locks,
+// division_by_zero when a key is recorded already, in any partition of accept_requests: since the
+// table is partitioned by created_at (migration 0019) its primary key holds created_at too, and
+// no unique index refuses a second row of a key any more. It reads under the keys' locks,
 // in a statement of its own, so it sees every request of those keys that has committed: a
 // concurrent first use either holds a lock (and the write fails on it) or has committed (and
-// this fails). It probes each partition's key index once per key.
-const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT 1 FROM accept_requests r
-  JOIN unnest($1::text[], $2::text[]) AS u(tenant, request_key) ON r.tenant = u.tenant AND r.request_key = u.request_key))::int`
+// this fails). It probes each partition's key index once per key (the LATERAL keeps it to
+// probes: joined, a batch's keys were hashed against a scan of every row), and stops at a hit.
+const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::text[], $2::text[]) AS u(tenant, request_key)
+  CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key LIMIT 1) AS r))::int`
 
 // acceptWrite is the write of requests taken as new, of distinct keys: their locks, a check that
 // no partition holds their keys, then their accept_requests rows, before the events and outbox
