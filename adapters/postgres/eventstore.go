@@ -77,7 +77,7 @@ const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delive
 // payloadsByNotification reads payloads kept apart, by notification and accept time (the time in
 // its deliveries' ids): the condition on the time alone lets the executor read only the
 // partitions of those times.
-const payloadsByNotification = `SELECT p.notification_id, p.accepted_at, p.payload FROM notification_payloads p
+const payloadsByNotification = `SELECT p.notification_id, p.accepted_at, p.payload, coalesce(p.size, 0) FROM notification_payloads p
 JOIN unnest($1::text[], $2::timestamptz[]) AS u(notification_id, accepted_at)
   ON p.notification_id = u.notification_id AND p.accepted_at = u.accepted_at
 WHERE p.accepted_at = ANY($2::timestamptz[])`
@@ -126,26 +126,35 @@ func (s *EventStore) attachPayloads(ctx context.Context, events []domain.Event) 
 	if err != nil {
 		return fmt.Errorf("load payloads: %w", err)
 	}
-	payloads := map[payloadRef][]byte{}
+	type stored struct {
+		body []byte // nil once expired
+		size int
+	}
+	payloads := map[payloadRef]stored{}
 	for rows.Next() {
 		var id string
 		var at time.Time
-		var payload []byte
-		if err := rows.Scan(&id, &at, &payload); err != nil {
+		var p stored
+		if err := rows.Scan(&id, &at, &p.body, &p.size); err != nil {
 			rows.Close()
 			return fmt.Errorf("load payloads: %w", err)
 		}
-		payloads[payloadRef{id, at.UnixMilli()}] = payload
+		payloads[payloadRef{id, at.UnixMilli()}] = p
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("load payloads: %w", err)
 	}
 	for i, ref := range refs {
 		payload, ok := payloads[ref]
-		if !ok {
+		switch {
+		case !ok:
 			return fmt.Errorf("delivery %s: the payload of notification %s is missing", events[i].DeliveryID, ref.notification)
+		case payload.body == nil:
+			events[i], err = domain.WithPayloadExpired(events[i], payload.size)
+		default:
+			events[i], err = domain.WithPayloadInline(events[i], payload.body)
 		}
-		if events[i], err = domain.WithPayloadInline(events[i], payload); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -172,8 +181,9 @@ type payloadRows struct {
 
 // apart returns the record's events with the accepted ones keeping their payload apart, and
 // adds the notification's payload row to rows, for a notification of several deliveries: one
-// delivery keeps its payload inline, which is as compact and costs no second read. A record
-// without a payload keeps its events as they are.
+// delivery keeps its payload inline, which is as compact and costs no second read, unless the
+// record asks for it apart (its payload may expire). A record without a payload keeps its
+// events as they are.
 func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error) {
 	accepted := 0
 	for _, e := range rec.Events {
@@ -181,7 +191,7 @@ func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error
 			accepted++
 		}
 	}
-	if len(rec.Payload) == 0 || accepted < 2 {
+	if len(rec.Payload) == 0 || accepted == 0 || accepted < 2 && !rec.PayloadApart {
 		return rec.Events, nil
 	}
 	sum := sha256.Sum256(rec.Payload)

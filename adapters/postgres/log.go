@@ -40,7 +40,8 @@ WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
 // eventsExportFrom is the export's select list over the events table (or one partition of it,
 // exportOf), with the accepted events' payloads put back.
 const eventsExportFrom = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
-	CASE WHEN p.payload IS NULL THEN e.data
+	CASE WHEN p.expired_at IS NOT NULL THEN e.data || jsonb_build_object('payload_expired', true, 'payload_size', p.size)
+	     WHEN p.payload IS NULL THEN e.data
 	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
 	e.recorded_at, e.position, e.transaction_id::text
 FROM events e LEFT JOIN notification_payloads p

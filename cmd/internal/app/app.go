@@ -276,6 +276,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	accept.OnAccepted = a.metrics.Accepted
 	accept.MaxFanOutBytes = a.cfg.MaxFanOutBytes
 	accept.Suppression, accept.Normalize = a.suppression, a.channels.Normalize
+	accept.PayloadsExpire = func(tenant string) bool { return a.retention.PayloadsOf(tenant) > 0 }
 	replay := commands.NewReplayHandler(a.store, a.topology, clock)
 	replay.OnDecided = a.metrics.Decided
 	replay.Requests, replay.Suppression = a.store, a.suppression
