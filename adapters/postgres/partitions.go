@@ -41,6 +41,18 @@ const (
 type PartitionedTable struct {
 	Name string
 	Key  PartitionKey
+	// Width, when set, is this table's partition width in place of PartitionConfig.Width (and
+	// its default ahead follows it): a table whose rows leave in minutes (the outbox) need not
+	// keep the partitions of the retention's days.
+	Width time.Duration
+}
+
+// config is cfg as it applies to t.
+func (t PartitionedTable) config(cfg PartitionConfig) PartitionConfig {
+	if t.Width > 0 {
+		cfg.Width = t.Width
+	}
+	return cfg
 }
 
 // partitionedTables lists every table that migrations create range-partitioned by time, in the
@@ -197,8 +209,10 @@ func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConf
 
 // EnsurePartitionsOf is EnsurePartitions for the given tables.
 func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []PartitionedTable, cfg PartitionConfig, now time.Time) ([]Partition, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	for _, t := range tables {
+		if err := t.config(cfg).Validate(); err != nil {
+			return nil, fmt.Errorf("partitions of %s: %w", t.Name, err)
+		}
 	}
 	var created []Partition
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -208,8 +222,9 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLockID); err != nil {
 			return err
 		}
-		until := now.Add(cfg.ahead())
 		for _, t := range tables {
+			cfg := t.config(cfg)
+			until := now.Add(cfg.ahead())
 			have, err := Partitions(ctx, tx, t.Name)
 			if err != nil {
 				return err
