@@ -399,3 +399,107 @@ func TestOutboxSizeStaysBoundedUnderRotation(t *testing.T) {
 		t.Fatalf("the outbox grew from %d to %d bytes over %d rounds of %d relayed messages: %v", first, last, rounds-2, perRound, sizes)
 	}
 }
+
+// insertFarEast writes an outbox row from a session nine hours ahead of UTC, and returns how far
+// its created_at is from the UTC clock.
+func insertFarEast(t *testing.T, db *pgtest.Schema) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var skew float64
+	if _, err := tx.Exec(ctx, `SET LOCAL TimeZone = 'Asia/Tokyo'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO `+outboxTable+` (uuid, payload, metadata, transaction_id)
+		VALUES (gen_random_uuid()::text, '{}', '{}', pg_current_xact_id())
+		RETURNING extract(epoch FROM created_at - (clock_timestamp() AT TIME ZONE 'UTC'))::float8`).Scan(&skew); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(skew * float64(time.Second))
+}
+
+// TestOutboxPartitioningKeepsRowsAndOffsets: migrating the outbox to partitions and back keeps
+// every row, its offset and the relay's mark, and the offsets go on from where they were. The
+// rows of before, written in a session's own zone, all fit; the rows of after are in UTC
+// whatever the session's zone.
+func TestOutboxPartitioningKeepsRowsAndOffsets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	all, err := postgres.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := 0
+	for _, m := range all {
+		if m.Name == "partition_outbox" {
+			version = m.Version
+		}
+	}
+	if version == 0 {
+		t.Fatal("no migration partition_outbox")
+	}
+	shape := func() (kind string, rows int, offsets string) {
+		t.Helper()
+		if err := b.schema.Pool.QueryRow(ctx, `SELECT c.relkind::text, (SELECT count(*) FROM `+outboxTable+`),
+			(SELECT string_agg("offset"::text, ',' ORDER BY "offset") FROM `+outboxTable+`)
+			FROM pg_class c WHERE c.oid = to_regclass($1)`, outboxTable).Scan(&kind, &rows, &offsets); err != nil {
+			t.Fatal(err)
+		}
+		return kind, rows, offsets
+	}
+	migrate := func(to int) {
+		t.Helper()
+		if _, err := postgres.Migrate(ctx, b.schema.Pool, to, nil); err != nil {
+			t.Fatalf("migrate to %d: %v", to, err)
+		}
+		if to != -1 {
+			return
+		}
+		// As a process does at its start: a write needs the partition of its time.
+		if _, err := postgres.EnsurePartitions(ctx, b.schema.Pool, postgres.PartitionConfig{Width: time.Hour}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	migrate(version - 1)
+	first := appendMessage(t, b)
+	appendMessage(t, b)
+	markRelay(t, b.schema, "relay", first)
+	if skew := insertFarEast(t, b.schema); skew < 8*time.Hour {
+		t.Fatalf("below the migration a row from UTC+9 is %s off UTC, want 9h (the session's zone)", skew)
+	}
+	kind, rows, before := shape()
+	if kind != "r" || rows != 3 {
+		t.Fatalf("below the migration the outbox is %q with %d rows", kind, rows)
+	}
+	migrate(-1)
+	kind, rows, offsets := shape()
+	if kind != "p" || rows != 3 || offsets != before {
+		t.Fatalf("partitioned: the outbox is %q with %d rows at offsets %s, want a partitioned table with 3 at %s", kind, rows, offsets, before)
+	}
+	if skew := insertFarEast(t, b.schema); skew < -time.Minute || skew > time.Minute {
+		t.Fatalf("a row from UTC+9 is %s off UTC", skew)
+	}
+	_, _, offsets = shape()
+	if want := before + ","; len(offsets) <= len(want) || offsets[:len(want)] != want {
+		t.Fatalf("offsets after one more message: %s, want %s and one above", offsets, before)
+	}
+	var marked string
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT payload->>'uuid' FROM `+outboxTable+` m JOIN watermill_offsets_`+postgres.OutboxTopicOf(0)+` o
+		ON (m.transaction_id, m."offset") = (o.last_processed_transaction_id, o.offset_acked)`).Scan(&marked); err != nil || marked != first {
+		t.Fatalf("the relay's mark names %q (%v), want %s", marked, err, first)
+	}
+	_, _, three := shape()
+	migrate(version - 1)
+	if kind, rows, offsets := shape(); kind != "r" || rows != 4 || offsets != three {
+		t.Fatalf("back down: the outbox is %q with %d rows at offsets %s, want a plain table with 4 at %s", kind, rows, offsets, three)
+	}
+	migrate(-1)
+}
