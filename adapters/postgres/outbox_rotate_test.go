@@ -503,3 +503,22 @@ func TestOutboxPartitioningKeepsRowsAndOffsets(t *testing.T) {
 	}
 	migrate(-1)
 }
+
+// TestOutboxPartitionsHaveTheirOwnWidth: the partitions made for the ledger's tables at a width
+// of an hour are, for the outbox, of its own width, and still cover the hour ahead.
+func TestOutboxPartitionsHaveTheirOwnWidth(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // partitions of an hour, as pgtest makes them
+	parts, err := postgres.Partitions(context.Background(), b.schema.Pool, outboxTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 3 || parts[len(parts)-1].To.Before(time.Now().Add(time.Hour)) {
+		t.Fatalf("outbox partitions %v do not cover the hour ahead", parts)
+	}
+	for _, p := range parts[2:] { // the first two end on the migration's and the width's bounds
+		if w := p.To.Sub(p.From); w != postgres.OutboxPartitionWidth {
+			t.Errorf("outbox partition %s is %s wide, want %s", p.Name, w, postgres.OutboxPartitionWidth)
+		}
+	}
+}

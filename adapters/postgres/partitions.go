@@ -209,6 +209,9 @@ func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConf
 
 // EnsurePartitionsOf is EnsurePartitions for the given tables.
 func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []PartitionedTable, cfg PartitionConfig, now time.Time) ([]Partition, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	for _, t := range tables {
 		if err := t.config(cfg).Validate(); err != nil {
 			return nil, fmt.Errorf("partitions of %s: %w", t.Name, err)
