@@ -465,44 +465,6 @@ func waitForLockWait(t *testing.T, b *storeBundle, table string) {
 	t.Fatalf("no backend waited for a lock on %s", table)
 }
 
-func TestOutboxPruneKeepsUnpublishedRows(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	for range 3 {
-		_, events := acceptedEvents(t)
-		// One partition key: the three messages share a shard.
-		msg := commands.OutboxMessage{ID: uuid.Must(uuid.NewV7()).String(), Topic: "ledger.webhook", PartitionKey: "one", Payload: []byte(`{}`)}
-		if err := b.store.Append(ctx, events, []commands.OutboxMessage{msg}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var shard int
-	if err := b.schema.Pool.QueryRow(ctx, `SELECT DISTINCT shard FROM ledger_outbox_all`).Scan(&shard); err != nil {
-		t.Fatal(err)
-	}
-	table := "watermill_" + postgres.OutboxTopicOf(shard)
-	// The relay has passed the first two transactions.
-	if _, err := b.schema.Pool.Exec(ctx, `INSERT INTO watermill_offsets_`+postgres.OutboxTopicOf(shard)+` (consumer_group, offset_acked, last_processed_transaction_id)
-		SELECT 'relay', "offset", transaction_id FROM `+table+` ORDER BY transaction_id OFFSET 2 LIMIT 1`); err != nil {
-		t.Fatal(err)
-	}
-	n, err := postgres.OutboxPrune(ctx, b.schema.Pool, "relay", 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left int
-	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_outbox_all`).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 || left != 1 {
-		t.Fatalf("pruned %d and left %d, want 2 and 1", n, left)
-	}
-	if n, err := postgres.OutboxPrune(ctx, b.schema.Pool, "nobody", 100); err != nil || n != 0 {
-		t.Fatalf("an unknown consumer group pruned %d (%v)", n, err)
-	}
-}
-
 // TestAppendBatcherConformance: appends sharing transactions answer as they would alone.
 func TestAppendBatcherConformance(t *testing.T) {
 	t.Parallel()

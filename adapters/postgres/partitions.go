@@ -41,6 +41,18 @@ const (
 type PartitionedTable struct {
 	Name string
 	Key  PartitionKey
+	// Width, when set, is this table's partition width in place of PartitionConfig.Width (and
+	// its default ahead follows it): a table whose rows leave in minutes (the outbox) need not
+	// keep the partitions of the retention's days.
+	Width time.Duration
+}
+
+// config is cfg as it applies to t.
+func (t PartitionedTable) config(cfg PartitionConfig) PartitionConfig {
+	if t.Width > 0 {
+		cfg.Width = t.Width
+	}
+	return cfg
 }
 
 // partitionedTables lists every table that migrations create range-partitioned by time, in the
@@ -201,6 +213,11 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, t := range tables {
+		if err := t.config(cfg).Validate(); err != nil {
+			return nil, fmt.Errorf("partitions of %s: %w", t.Name, err)
+		}
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ensure partitions: %w", err)
@@ -211,8 +228,9 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockID) //nolint:errcheck
 	var created []Partition
-	until := now.Add(cfg.ahead())
 	for _, t := range tables {
+		cfg := t.config(cfg)
+		until := now.Add(cfg.ahead())
 		have, err := Partitions(ctx, conn, t.Name)
 		if err != nil {
 			return created, fmt.Errorf("ensure partitions: %w", err)

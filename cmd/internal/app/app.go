@@ -392,8 +392,10 @@ func (a *App) Run(ctx context.Context) error {
 		due := commands.NewDuePass(postgres.NewDueStore(a.pool), a.store, a.topology, commands.SystemClock{}, a.logger.With("role", "relay"))
 		due.Grace = a.cfg.DueGrace
 		start("due pass", due.Run)
-		start("outbox prune", func(ctx context.Context) error {
-			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
+		// Relayed outbox rows leave by whole partitions; every relay runs the rotation, one at a
+		// time (they share the partition maintenance's lock).
+		start("outbox rotation", func(ctx context.Context) error {
+			return postgres.RotateOutboxEvery(ctx, a.pool, time.Minute, a.logger.With("role", "relay"))
 		})
 	}
 	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {
