@@ -1,2 +1,0 @@
--- placeholder for h/views, h/outbox
-SELECT 1;
