@@ -191,6 +191,7 @@ const partitionLockID = 7401526
 // nothing. Each partition is created apart and attached (SHARE UPDATE EXCLUSIVE on the parent,
 // which writes do not wait for), not created as PARTITION OF (ACCESS EXCLUSIVE), and a lock not
 // had within lock_timeout fails the round, to be tried again, rather than queue writes behind it.
+// The shadow of a rebuild in progress of a table gets the same partitions (partitions_views.go).
 func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConfig, now time.Time) ([]Partition, error) {
 	return EnsurePartitionsOf(ctx, pool, partitionedTables, cfg, now)
 }
@@ -208,8 +209,12 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLockID); err != nil {
 			return err
 		}
+		shadows, err := shadowsOf(ctx, tx, tables)
+		if err != nil {
+			return err
+		}
 		until := now.Add(cfg.ahead())
-		for _, t := range tables {
+		for _, t := range append(slices.Clip(tables), shadows...) {
 			have, err := Partitions(ctx, tx, t.Name)
 			if err != nil {
 				return err

@@ -1,0 +1,44 @@
+-- The status and DLQ views are range-partitioned by delivery id (a UUIDv7: its first 48 bits are
+-- the accept time), so that a delivery's row sits in the partition of its accept time, next to
+-- its events, and leaves with them when the retention pass drops a whole partition. Their id is
+-- the delivery id, so their primary keys already hold the key. The counters view is per tenant,
+-- small and whole-life: it stays one table.
+--
+-- Each view is copied into a partitioned table with the same columns (LIKE: every column the
+-- migrations gave it, in order, with its defaults and CHECK constraints), whose one first
+-- partition <view>_p0_<T> holds everything before T, this migration's time truncated to the
+-- second; EnsurePartitions cuts the partitions from T on. The indexes are made again, unnamed,
+-- on the parent, so that they keep PostgreSQL's default names, which a rebuild gives back.
+--
+-- A shadow left by an interrupted rebuild is plain: it goes, with its checkpoint.
+DROP TABLE IF EXISTS status_view_rebuild, dlq_view_rebuild;
+DELETE FROM projection_checkpoints WHERE name IN ('status.rebuild', 'dlq.rebuild');
+
+DO $$
+DECLARE
+    t    timestamptz := date_trunc('second', now());
+    hex  text := lpad(to_hex((extract(epoch FROM date_trunc('second', now())) * 1000)::bigint), 12, '0');
+    v    text;
+BEGIN
+    FOREACH v IN ARRAY ARRAY['status_view', 'dlq_view'] LOOP
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (id)',
+            v || '_partitioned', v);
+        EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (MINVALUE) TO (%L)',
+            v || '_p0_' || extract(epoch FROM t)::bigint, v || '_partitioned',
+            substr(hex, 1, 8) || '-' || substr(hex, 9, 4) || '-0000-0000-000000000000');
+        EXECUTE format('INSERT INTO %I SELECT * FROM %I', v || '_partitioned', v);
+        EXECUTE format('DROP TABLE %I', v);
+        EXECUTE format('ALTER TABLE %I RENAME TO %I', v || '_partitioned', v);
+    END LOOP;
+END $$;
+
+-- The indexes of migrations 0003, 0006, 0009 and 0012, by the same definitions and names.
+ALTER TABLE status_view ADD PRIMARY KEY (id);
+CREATE INDEX ON status_view (tenant, accepted_at, id);
+CREATE INDEX ON status_view (tenant, state, accepted_at, id);
+CREATE INDEX ON status_view (channel, updated_at) WHERE state IN ('accepted', 'queued');
+CREATE INDEX ON status_view (check_at) WHERE check_at IS NOT NULL;
+CREATE INDEX ON status_view (tenant, terminal_at) WHERE terminal_at IS NOT NULL;
+
+ALTER TABLE dlq_view ADD PRIMARY KEY (id);
+CREATE INDEX ON dlq_view (tenant, accepted_at, id);
