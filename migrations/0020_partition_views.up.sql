@@ -6,9 +6,11 @@
 --
 -- Each view is copied into a partitioned table with the same columns (LIKE: every column the
 -- migrations gave it, in order, with its defaults and CHECK constraints), whose one first
--- partition <view>_p0_<T> holds everything before T, this migration's time truncated to the
--- second; EnsurePartitions cuts the partitions from T on. The indexes are made again, unnamed,
--- on the parent, so that they keep PostgreSQL's default names, which a rebuild gives back.
+-- partition <view>_p0_<T> holds everything before T; EnsurePartitions cuts the partitions from T
+-- on. T is the second after both this migration's time and the accept time of the view's latest
+-- delivery: a delivery accepted earlier in this second, or by a host whose clock runs ahead of
+-- the database's, must find its partition. The indexes are made again, unnamed, on the parent,
+-- so that they keep PostgreSQL's default names, which a rebuild gives back.
 --
 -- A shadow left by an interrupted rebuild is plain: it goes, with its checkpoint.
 DROP TABLE IF EXISTS status_view_rebuild, dlq_view_rebuild;
@@ -16,15 +18,20 @@ DELETE FROM projection_checkpoints WHERE name IN ('status.rebuild', 'dlq.rebuild
 
 DO $$
 DECLARE
-    t    timestamptz := date_trunc('second', now());
-    hex  text := lpad(to_hex((extract(epoch FROM date_trunc('second', now())) * 1000)::bigint), 12, '0');
-    v    text;
+    v      text;
+    top_ms bigint; -- the latest delivery id's time, Unix ms (version 7 ids only)
+    t      bigint; -- T, Unix seconds
+    hex    text;
 BEGIN
     FOREACH v IN ARRAY ARRAY['status_view', 'dlq_view'] LOOP
+        EXECUTE format($q$SELECT ('x' || lpad(substr(replace(max(id::text), '-', ''), 1, 12), 16, '0'))::bit(64)::bigint
+            FROM %I WHERE substr(id::text, 15, 1) = '7'$q$, v) INTO top_ms;
+        t := greatest((extract(epoch FROM now()) * 1000)::bigint, coalesce(top_ms, 0)) / 1000 + 1;
+        hex := lpad(to_hex(t * 1000), 12, '0');
         EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (id)',
             v || '_partitioned', v);
         EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (MINVALUE) TO (%L)',
-            v || '_p0_' || extract(epoch FROM t)::bigint, v || '_partitioned',
+            v || '_p0_' || t, v || '_partitioned',
             substr(hex, 1, 8) || '-' || substr(hex, 9, 4) || '-0000-0000-000000000000');
         EXECUTE format('INSERT INTO %I SELECT * FROM %I', v || '_partitioned', v);
         EXECUTE format('DROP TABLE %I', v);
