@@ -222,10 +222,12 @@ type viewTx struct{ tx pgx.Tx }
 var (
 	statusRowsGet = `SELECT ` + statusColumns.selectList() + ` FROM %[1]s WHERE id = ANY($1::uuid[])`
 
-	// The update is guarded by the version the row had when it was read.
+	// The update is guarded by the version the row had when it was read. The ids again as an
+	// array ($1) let the planner keep only the partitions of the batch's deliveries: a join with
+	// unnest alone is planned over every partition, a hash join of the whole view.
 	statusRowsUpdate = `UPDATE %[1]s AS v SET ` + statusColumns.set("id", "u") + `
 FROM ` + statusColumns.unnest("u", [2]string{"expected_version", "integer"}) + `
-WHERE v.id = u.id AND v.version = u.expected_version`
+WHERE v.id = u.id AND v.version = u.expected_version AND v.id = ANY($1::uuid[])`
 
 	// By the uuid column (the index), not the text output column of the same name; both orders
 	// agree with the log's delivery_id order, which the merge in Verify relies on.
