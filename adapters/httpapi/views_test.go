@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -97,8 +98,9 @@ func (b *bundle) list(t *testing.T, path, apiKey string) listAnswer {
 // second later, ending in the outcome kind (empty: stays queued).
 func (b *bundle) story(t testing.TB, tenant, channel, recipient string, at time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
-	id := uuid.NewString()
 	now := at.UTC().Truncate(time.Microsecond)
+	// A UUIDv7 of the accept time, as the accept command makes it: the views are partitioned by it.
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, now)
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
 		Channel: channel, Recipient: recipient, Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal,
 		MaxAttempts: 1, RequestKey: "story-" + id}, now)
