@@ -32,12 +32,15 @@ const (
 // statisticsStale lists the tables changed by more than the thresholds since their last ANALYZE,
 // whoever ran it (autovacuum included). It asks the statistics functions for the few tables
 // directly: the pg_stat_user_tables view computes its figures for every table of the database
-// first, which is slow in a database holding many schemas.
+// first, which is slow in a database holding many schemas. A partitioned table counts the
+// changes and rows of its partitions (its own figures stay zero; pg_partition_tree has no rows
+// for a plain table), and its ANALYZE samples the parent and analyzes every partition.
 const statisticsStale = `SELECT c.oid::regclass::text, t.name
 FROM unnest($1::text[]) AS t(name)
 JOIN pg_class c ON c.oid = to_regclass(t.name)
-WHERE pg_stat_get_mod_since_analyze(c.oid) > $2
-  AND pg_stat_get_mod_since_analyze(c.oid) >= $3 * pg_stat_get_live_tuples(c.oid)`
+CROSS JOIN LATERAL (SELECT sum(pg_stat_get_mod_since_analyze(p.relid)) AS changed, sum(pg_stat_get_live_tuples(p.relid)) AS live
+	FROM (SELECT c.oid AS relid UNION SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) p) s
+WHERE s.changed > $2 AND s.changed >= $3 * s.live`
 
 // AnalyzeStale runs ANALYZE on the ledger's hot tables that changed much since they were last
 // analyzed (see statisticsFraction), and returns their names.
@@ -47,6 +50,11 @@ WHERE pg_stat_get_mod_since_analyze(c.oid) > $2
 // sequential scan of the whole events table, growing with the log, as does an accept-request lookup. Autovacuum keeps statistics where it runs; where it is
 // off or has not yet woken (a new schema filling fast), nothing would.
 func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	return analyzeStale(ctx, pool, statisticsTables)
+}
+
+// analyzeStale is AnalyzeStale over the tables given, by name, with the columns to sample.
+func analyzeStale(ctx context.Context, pool *pgxpool.Pool, statisticsTables map[string]string) ([]string, error) {
 	names := make([]string, 0, len(statisticsTables))
 	for name := range statisticsTables {
 		names = append(names, name)

@@ -52,3 +52,6 @@ func (cs columns[R]) pairs() [][2]string {
 	}
 	return out
 }
+
+// AnalyzeStaleOf is AnalyzeStale over the given tables (name: the columns to sample).
+var AnalyzeStaleOf = analyzeStale
