@@ -314,4 +314,16 @@ func TestMigrationPartitionViewsKeepsRows(t *testing.T) {
 	b.catchUp(t)
 	b.verifyAll(t)
 	b.checkRowsInTheirPartitions(t, "status_view")
+
+	// A row whose id does not carry its time (ids made before they were version 7) fits no
+	// partition: the migration says so.
+	if _, err := postgres.Migrate(ctx, b.pool, version-1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE status_view SET id = 'f0000000-0000-5000-8000-000000000000' WHERE id = (SELECT id FROM status_view ORDER BY id LIMIT 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, b.pool, -1, nil); err == nil || !strings.Contains(err.Error(), "not a time-ordered (version 7) UUID") {
+		t.Fatalf("migrating a view with a version 5 id: %v", err)
+	}
 }
