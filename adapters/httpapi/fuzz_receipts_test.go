@@ -45,8 +45,9 @@ func withVonageReceipts(t testing.TB) option {
 // messageID, awaiting its receipt, and returns its id.
 func (b *bundle) smsAcceptedBy(t testing.TB, tenant, provider, messageID string) string {
 	t.Helper()
-	id, now := uuid.Must(uuid.NewV7()).String(), time.Now().UTC().Truncate(time.Microsecond)
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(), Channel: "sms",
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, now) // the views are partitioned by it
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(), Channel: "sms",
 		Recipient: "+15005550006", Payload: json.RawMessage(`{"text":"hi"}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 		RequestKey: "sms-" + id}, now)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -97,9 +98,10 @@ func (b *bundle) list(t *testing.T, path, apiKey string) listAnswer {
 // second later, ending in the outcome kind (empty: stays queued).
 func (b *bundle) story(t testing.TB, tenant, channel, recipient string, at time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
-	id := uuid.Must(uuid.NewV7()).String()
 	now := at.UTC().Truncate(time.Microsecond)
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(),
+	// A UUIDv7 of the accept time, as the accept command makes it: the views are partitioned by it.
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, now)
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
 		Channel: channel, Recipient: recipient, Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal,
 		MaxAttempts: 1, RequestKey: "story-" + id}, now)
 	if err != nil {

@@ -204,6 +204,7 @@ const partitionLockID = 7401526
 // nothing. Each partition is created apart and attached (SHARE UPDATE EXCLUSIVE on the parent,
 // which writes do not wait for), not created as PARTITION OF (ACCESS EXCLUSIVE), and a lock not
 // had within lock_timeout fails the round, to be tried again, rather than queue writes behind it.
+// The shadow of a rebuild in progress of a table gets the same partitions (partitions_views.go).
 func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConfig, now time.Time) ([]Partition, error) {
 	return EnsurePartitionsOf(ctx, pool, partitionedTables, cfg, now)
 }
@@ -227,8 +228,14 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 		return nil, fmt.Errorf("ensure partitions: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockID) //nolint:errcheck
+	// A view being rebuilt has a shadow partitioned like it: cut its partitions too, or the
+	// rebuild's catch-up meets a row with no partition.
+	shadows, err := shadowsOf(ctx, conn, tables)
+	if err != nil {
+		return nil, fmt.Errorf("ensure partitions: %w", err)
+	}
 	var created []Partition
-	for _, t := range tables {
+	for _, t := range append(slices.Clip(tables), shadows...) {
 		cfg := t.config(cfg)
 		until := now.Add(cfg.ahead())
 		have, err := Partitions(ctx, conn, t.Name)

@@ -54,6 +54,11 @@ WHERE pg_stat_get_mod_since_analyze(c.oid) > $2
 // sequential scan of the whole events table, growing with the log, as does an accept-request lookup. Autovacuum keeps statistics where it runs; where it is
 // off or has not yet woken (a new schema filling fast), nothing would.
 func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	return analyzeStale(ctx, pool, statisticsTables)
+}
+
+// analyzeStale is AnalyzeStale over the tables given, by name, with the columns to sample.
+func analyzeStale(ctx context.Context, pool *pgxpool.Pool, statisticsTables map[string]string) ([]string, error) {
 	names := make([]string, 0, len(statisticsTables))
 	for name := range statisticsTables {
 		names = append(names, name)

@@ -70,3 +70,40 @@ func TestAnalyzeStaleKeepsTheStreamLoadOnTheIndex(t *testing.T) {
 		t.Fatalf("after ANALYZE the load does not use the stream index:\n%.300s", after)
 	}
 }
+
+// TestAnalyzeStaleCountsThePartitions: a partitioned table's own statistics counters stay at zero;
+// AnalyzeStale finds it stale by its partitions' changes, and its ANALYZE gives the parent
+// statistics (which plans over the partitions read).
+func TestAnalyzeStaleCountsThePartitions(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`CREATE TABLE things (id uuid NOT NULL, n int NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE things_a PARTITION OF things FOR VALUES FROM (MINVALUE) TO ('80000000-0000-0000-0000-000000000000')`,
+		`CREATE TABLE things_b PARTITION OF things FOR VALUES FROM ('80000000-0000-0000-0000-000000000000') TO (MAXVALUE)`,
+		`INSERT INTO things SELECT md5(g::text)::uuid, g FROM generate_series(1, 5000) g`,
+	} {
+		if _, err := schema.Pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tables := map[string]string{"things": "(id)"}
+	var analyzed []string
+	for deadline := time.Now().Add(20 * time.Second); !slices.Contains(analyzed, `things`); time.Sleep(200 * time.Millisecond) {
+		var err error
+		if analyzed, err = postgres.AnalyzeStaleOf(ctx, schema.Pool, tables); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("analyzed %v, want things", analyzed)
+		}
+	}
+	var parentStats int
+	if err := schema.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'things'`).Scan(&parentStats); err != nil {
+		t.Fatal(err)
+	}
+	if parentStats == 0 {
+		t.Fatal("no statistics of the partitioned table after its ANALYZE")
+	}
+}

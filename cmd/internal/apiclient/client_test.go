@@ -153,7 +153,7 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 		switch e := value.(type) {
 		case apiclient.AcceptedEvent:
 			version = e.Version
-			if e.Data.Recipient != receiver.URL || e.Data.Channel != "webhook" || e.Data.Payload["text"] != "hello" {
+			if e.Data.Recipient != receiver.URL || e.Data.Channel != "webhook" || e.Data.Payload == nil || (*e.Data.Payload)["text"] != "hello" {
 				t.Errorf("%s: data %+v", typ, e.Data)
 			}
 		case apiclient.QueuedEvent:

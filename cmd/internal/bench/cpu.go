@@ -83,14 +83,25 @@ func perDelivery(rep *Report, phase string, from, to cpuTimes, deliveries int) m
 	return m
 }
 
+// tablesBytesList lists the tables of a schema with what each keeps (table, indexes and TOAST). A
+// partitioned table (the views, ...) is listed once with the sum of its partitions (its own size
+// is zero), and its partitions are not listed apart; pg_partition_tree has no rows for a plain one.
+const tablesBytesList = `SELECT c.relname,
+	coalesce((SELECT sum(pg_total_relation_size(t.relid)) FROM pg_partition_tree(c.oid) t), pg_total_relation_size(c.oid))::bigint
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition`
+
+// tableBytesGet is what one table keeps, its partitions' sum for a partitioned one.
+const tableBytesGet = `SELECT coalesce((SELECT sum(pg_total_relation_size(t.relid)) FROM pg_partition_tree($1::regclass) t),
+	pg_total_relation_size($1::regclass))::bigint`
+
 // storagePerDelivery records what each table of schema keeps per delivery, in bytes (table,
 // indexes and TOAST), in rep.BytesPerDelivery.
 func storagePerDelivery(ctx context.Context, rep *Report, pool *pgxpool.Pool, schema string, deliveries int) error {
 	if deliveries <= 0 {
 		return nil
 	}
-	rows, err := pool.Query(ctx, `SELECT c.relname, coalesce((SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree(c.oid)), pg_total_relation_size(c.oid)) FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition`, schema)
+	rows, err := pool.Query(ctx, tablesBytesList, schema)
 	if err != nil {
 		return err
 	}
