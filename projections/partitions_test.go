@@ -21,6 +21,13 @@ var partitionedViews = []postgres.PartitionedTable{
 	{Name: "dlq_view", Key: postgres.KeyDeliveryID},
 }
 
+// partitionedHistory are the tables a delivery's events are written to (migration 0019): a
+// test that cuts the views' partitions at a time cuts theirs too, or the append finds none.
+var partitionedHistory = []postgres.PartitionedTable{
+	{Name: "events", Key: postgres.KeyDeliveryID},
+	{Name: "notification_payloads", Key: postgres.KeyTime},
+}
+
 // secondPartitions cuts n one-second partitions of the views after the hour-wide ones pgtest
 // made, and returns the first one's lower bound.
 func (b *bundle) secondPartitions(t *testing.T, n int) time.Time {
@@ -39,8 +46,11 @@ func (b *bundle) secondPartitions(t *testing.T, n int) time.Time {
 // past now.
 func (b *bundle) cutPartitions(t *testing.T, now time.Time, n int) []postgres.Partition {
 	t.Helper()
-	created, err := postgres.EnsurePartitionsOf(context.Background(), b.pool, partitionedViews,
-		postgres.PartitionConfig{Width: time.Second, Ahead: time.Duration(n) * time.Second}, now)
+	cfg := postgres.PartitionConfig{Width: time.Second, Ahead: time.Duration(n) * time.Second}
+	if _, err := postgres.EnsurePartitionsOf(context.Background(), b.pool, partitionedHistory, cfg, now); err != nil {
+		t.Fatal(err)
+	}
+	created, err := postgres.EnsurePartitionsOf(context.Background(), b.pool, partitionedViews, cfg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
