@@ -80,6 +80,9 @@ type AcceptHandler struct {
 	// Normalize gives a recipient's normal form on its channel (Channels.Normalize), the key of
 	// the suppression list; nil keeps the recipient as given.
 	Normalize func(channel, recipient string) string
+	// PayloadsExpire, when set, says whether a tenant's payload bodies expire: its accepts keep
+	// the payload apart (AcceptRecord.PayloadApart).
+	PayloadsExpire func(tenant string) bool
 
 	store    AcceptStore
 	topics   Topics
@@ -192,7 +195,8 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		result.SendAt = &sendAt
 	}
 	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash,
-		NotificationID: result.NotificationID, Payload: cmd.Payload}
+		NotificationID: result.NotificationID, Payload: cmd.Payload,
+		PayloadApart: h.PayloadsExpire != nil && h.PayloadsExpire(cmd.Tenant)}
 	var suppressed []AcceptedDelivery
 	for i, r := range cmd.Recipients {
 		maxAttempts, err := h.maxAttempts(r.Channel, cmd.MaxAttempts)

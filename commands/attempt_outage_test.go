@@ -26,7 +26,7 @@ func TestDatabaseOutageKeepsTheMessage(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.New(t)
 	clock := commands.SystemClock{}
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook",
 		Recipient: "https://hooks.example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, clock.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestDatabaseOutageKeepsTheMessage(t *testing.T) {
 	restored := time.AfterFunc(outage, proxy.Restore)
 	defer restored.Stop()
 	began := time.Now()
-	verdict := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.NewString()})
+	verdict := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.Must(uuid.NewV7()).String()})
 	if verdict != commands.Ack {
 		t.Fatalf("verdict %v after %s of a %s outage, want ack: the message was given back", verdict, time.Since(began).Round(time.Millisecond), outage)
 	}

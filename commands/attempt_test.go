@@ -38,7 +38,7 @@ func TestRedeliveredStartedAttemptIsUnknownEvenWhenLimited(t *testing.T) {
 	topics := amqp.Topology{Prefix: "t", Channels: []string{"webhook"}, Tiers: []time.Duration{time.Second}}
 	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Second, Cap: time.Second}, MaxAttempts: 3}
 
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook",
 		Recipient: "https://slow.example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, clock.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestRedeliveredStartedAttemptIsUnknownEvenWhenLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	verdict := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.NewString(), Redelivered: true})
+	verdict := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.Must(uuid.NewV7()).String(), Redelivered: true})
 	if verdict != commands.Ack {
 		t.Fatalf("verdict %v, want ack", verdict)
 	}

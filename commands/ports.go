@@ -86,8 +86,12 @@ type AcceptRecord struct {
 	// domain.WithPayloadApart); Load must then give the events back with their payload.
 	NotificationID string
 	Payload        []byte
-	Events         []domain.Event
-	Outbox         []OutboxMessage
+	// PayloadApart asks the store to keep the payload apart even for a single delivery: its
+	// tenant's payloads expire (retention.payloads), and only a payload kept apart can lose its
+	// body while the history keeps its SHA-256.
+	PayloadApart bool
+	Events       []domain.Event
+	Outbox       []OutboxMessage
 	// Response is the answer to store and to give again to a repeat of the same request.
 	Response []byte
 }

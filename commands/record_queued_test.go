@@ -49,7 +49,7 @@ func TestQueuedRecorderRecordsOnlyWhatWaits(t *testing.T) {
 		t.Fatalf("record the failure of attempt 1: %s %v", state, err)
 	}
 
-	stranger := uuid.NewString()
+	stranger := uuid.Must(uuid.NewV7()).String()
 	recorder := commands.NewQueuedRecorder(store, clock, slog.New(slog.DiscardHandler))
 	marks := []commands.QueuedMark{
 		{DeliveryID: fresh.ID(), Tenant: fresh.Tenant(), Attempt: 1},

@@ -58,6 +58,10 @@ type ReplayHandler struct {
 	Suppression *SuppressionCheck
 }
 
+// ErrPayloadExpired refuses the replay of a delivery whose payload's body left after the
+// retention's payloads period: there is nothing to send again.
+var ErrPayloadExpired = errors.New("the payload of this delivery expired (retention.payloads): only its SHA-256 is kept, and a replay would have nothing to send")
+
 // ReplaySuppressedError refuses a replay whose recipient is on the suppression list or opted out
 // of the delivery's category.
 type ReplaySuppressedError struct {
@@ -100,6 +104,9 @@ func (h *ReplayHandler) Handle(ctx context.Context, cmd Replay) (*domain.Deliver
 		if of == 0 {
 			// Pinned at the first load: a retry after a conflict asks of the same cycle.
 			of = d.Version()
+		}
+		if d.PayloadExpired() {
+			return decision{}, ErrPayloadExpired
 		}
 		if d.State() == domain.StateDead || (cmd.AllowUnknown && d.State() == domain.StateUnknown) {
 			blocks, err := h.Suppression.blocks(ctx, d.Tenant(), d.Category(), []RecipientRef{{Channel: d.Channel(), Recipient: d.RecipientKey()}})

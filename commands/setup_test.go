@@ -16,7 +16,7 @@ import (
 // returns it, its accepted event stored.
 func acceptedDelivery(t *testing.T, store *postgres.EventStore) *domain.Delivery {
 	t.Helper()
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook",
 		Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3},
 		commands.SystemClock{}.Now())
 	if err != nil {

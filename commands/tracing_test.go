@@ -80,7 +80,7 @@ func TestLaterHopsAreWrittenUnderTheDeliverysRoot(t *testing.T) {
 	actx, accept := tracing.Start(context.Background(), "POST /v1/deliveries")
 	accept.End()
 	root := tracing.Traceparent(actx)
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook",
 		Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 		Trace: root}, commands.SystemClock{}.Now())
 	if err != nil {

@@ -63,7 +63,7 @@ func TestRetryDueInClosedHoursWaitsForTheOpening(t *testing.T) {
 	policy := domain.RetryPolicy{Strategy: domain.Exponential{Base: time.Hour, Cap: time.Hour}, MaxAttempts: 3}
 	window := &domain.Window{Timezone: "UTC", Days: []string{"mon", "tue", "wed", "thu", "fri"}, Start: "09:00", End: "10:00"}
 
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", Channel: "webhook",
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook",
 		Recipient: "https://example.com/h", Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 		Window: window}, clock.Now())
 	if err != nil {
@@ -87,7 +87,7 @@ func TestRetryDueInClosedHoursWaitsForTheOpening(t *testing.T) {
 		t.Helper()
 		msg := commands.WorkMessage{DeliveryID: d.ID(), Tenant: "acme", Channel: "webhook", Recipient: d.Recipient(),
 			Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal, Attempt: attempt, MaxAttempts: 3, DueAt: due, Window: window}
-		if v := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.NewString()}); v != commands.Ack {
+		if v := attempts.Handle(ctx, commands.Attempt{Message: msg, MessageID: uuid.Must(uuid.NewV7()).String()}); v != commands.Ack {
 			t.Fatalf("attempt %d at %s: verdict %v, want ack", attempt, clock.Now(), v)
 		}
 	}

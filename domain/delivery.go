@@ -48,6 +48,7 @@ type Delivery struct {
 	channel        string
 	recipient      string
 	payload        json.RawMessage
+	payloadExpired bool
 	priority       Priority
 	maxAttempts    int
 	requestKey     string
@@ -241,6 +242,7 @@ func (d *Delivery) apply(e Event, next State, data any) {
 		d.channel = v.Channel
 		d.recipient = v.Recipient
 		d.payload = v.Payload
+		d.payloadExpired = v.PayloadExpired
 		d.priority = v.Priority
 		d.maxAttempts = v.MaxAttempts
 		d.requestKey = v.RequestKey
@@ -777,6 +779,10 @@ func (d *Delivery) Recipient() string { return d.recipient }
 
 // Payload returns the JSON payload fixed at acceptance.
 func (d *Delivery) Payload() json.RawMessage { return d.payload }
+
+// PayloadExpired reports whether the payload's body left after the retention's payloads period:
+// the delivery can no longer be sent (nor replayed).
+func (d *Delivery) PayloadExpired() bool { return d.payloadExpired }
 
 // Priority returns the delivery's priority class.
 func (d *Delivery) Priority() Priority { return d.priority }

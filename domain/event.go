@@ -64,6 +64,11 @@ type Accepted struct {
 	// Category is the notification's category (a name the configuration declares), when the
 	// request gave one: what a recipient's preferences opt out of.
 	Category string `json:"category,omitempty"`
+	// PayloadExpired: the payload's body left after the retention's payloads period; only its
+	// SHA-256 (PayloadSHA256) and size (PayloadSize, bytes of its JSON) stay, so the history
+	// still proves what was sent. Never stored: the store sets it when it loads such an event.
+	PayloadExpired bool `json:"payload_expired,omitempty"`
+	PayloadSize    int  `json:"payload_size,omitempty"`
 }
 
 // Queued is the data of EventQueued.
@@ -275,6 +280,22 @@ func WithPayloadInline(e Event, payload json.RawMessage) (Event, error) {
 		return e, fmt.Errorf("event %d of %s: %w", e.Version, e.DeliveryID, err)
 	}
 	a.Payload, a.PayloadSHA256 = payload, ""
+	e.Data = encode(a)
+	return e, nil
+}
+
+// WithPayloadExpired is an accepted event that keeps its payload apart, as loaded once the
+// payload's body expired: it keeps its payload_sha256 and says payload_expired, with the size
+// the body had.
+func WithPayloadExpired(e Event, size int) (Event, error) {
+	if e.Type != EventAccepted {
+		return e, fmt.Errorf("event %d of %s is %s, not %s", e.Version, e.DeliveryID, e.Type, EventAccepted)
+	}
+	var a Accepted
+	if err := json.Unmarshal(e.Data, &a); err != nil {
+		return e, fmt.Errorf("event %d of %s: %w", e.Version, e.DeliveryID, err)
+	}
+	a.Payload, a.PayloadExpired, a.PayloadSize = nil, true, size
 	e.Data = encode(a)
 	return e, nil
 }

@@ -80,8 +80,12 @@ type RebuildResult struct {
 
 // shadowNames returns the checkpoint name and table of p's shadow.
 func shadowNames(p Projection) (name, table string) {
-	return p.Name() + ".rebuild", p.Table() + "_rebuild"
+	return p.Name() + ".rebuild", ShadowTable(p.Table())
 }
+
+// ShadowTable is the table a rebuild of the view kept in table builds: the store's partition
+// maintenance looks for it, to cut the partitions it cuts in a partitioned view in its shadow too.
+func ShadowTable(table string) string { return table + "_rebuild" }
 
 // Rebuild builds a new version of p's view from position zero into a shadow table while the live
 // view keeps serving (and its projector keeps running), catches up with the head of the log, then

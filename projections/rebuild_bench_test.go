@@ -28,7 +28,7 @@ WITH steps(script, version, type) AS (VALUES
 	('D', 1, 'delivery.accepted'), ('D', 2, 'delivery.queued'), ('D', 3, 'delivery.attempt_started'), ('D', 4, 'delivery.outcome_unknown')
 ),
 deliveries AS (
-	SELECT d, md5('bench-delivery-' || d)::uuid AS id,
+	SELECT d, overlay(md5('bench-delivery-' || d) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid AS id,
 		CASE WHEN d % 100 < 70 THEN 'A' WHEN d % 100 < 85 THEN 'B' WHEN d % 100 < 95 THEN 'C' ELSE 'D' END AS script,
 		timestamptz '2026-01-01 00:00:00+00' + d * interval '10 milliseconds' AS t0
 	FROM generate_series($1::int, $2::int) AS d

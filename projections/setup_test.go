@@ -14,6 +14,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -153,10 +154,12 @@ var channels = []string{"webhook", "sms"}
 
 func newHistory(t testing.TB, rng *rand.Rand, tenant string, now time.Time) *history {
 	t.Helper()
-	id := uuid.NewString()
+	// A delivery id is a UUIDv7 of the accept time, as commands.DeliveryID makes it: the views
+	// are partitioned by it, and a random id would fall in no partition.
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, now)
 	priorities := []domain.Priority{domain.PriorityHigh, domain.PriorityNormal, domain.PriorityLow}
 	d, events, err := domain.Accept(domain.AcceptSpec{
-		ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
+		ID: id, Tenant: tenant, NotificationID: uuid.Must(uuid.NewV7()).String(),
 		Channel:   channels[rng.IntN(len(channels))],
 		Recipient: fmt.Sprintf("https://r%d.example.com/hook", rng.IntN(4)),
 		Payload:   json.RawMessage(`{"order":42}`), Priority: priorities[rng.IntN(3)],

@@ -64,6 +64,10 @@ type Store interface {
 	// false without running it when another holds the lock: two passes must not write one
 	// segment at once.
 	Exclusive(ctx context.Context, fn func() error) (bool, error)
+	// ExpirePayloads deletes the bodies (keeping SHA-256 and size) of up to limit payloads
+	// accepted before before, of tenant (all tenants but except when tenant is ""), whose
+	// deliveries are all terminal, and returns how many.
+	ExpirePayloads(ctx context.Context, tenant string, except []string, before time.Time, limit int) (int64, error)
 	// DropEmpty drops p, detached and found empty, and forgets its segment row.
 	DropEmpty(ctx context.Context, p Partition) error
 	// Finish records p's segment archived with its manifest and counters and drops p, then the
@@ -129,16 +133,72 @@ var ErrCheckFailed = errors.New("archive check failed")
 // Round runs one pass over the partitions, unless another process is running one, and returns
 // how many left.
 func (p *Pass) Round(ctx context.Context) (int, error) {
-	if p.Config.Keep == 0 {
-		return 0, nil
-	}
 	left := 0
 	_, err := p.Store.Exclusive(ctx, func() error {
-		var err error
-		left, err = p.round(ctx)
-		return err
+		errs := []error{p.expirePayloads(ctx)}
+		if p.Config.Keep > 0 {
+			n, err := p.round(ctx)
+			left, errs = n, append(errs, err)
+		}
+		return errors.Join(errs...)
 	})
 	return left, err
+}
+
+// payloadBatch bounds one expiry statement: a round loops until a batch comes back short.
+const payloadBatch = 1000
+
+// expirePayloads deletes the bodies of the payloads past their tenant's payloads period.
+func (p *Pass) expirePayloads(ctx context.Context) error {
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	type rule struct {
+		tenant string
+		except []string
+		keep   time.Duration
+	}
+	var rules []rule
+	var own []string
+	for t, tp := range p.Config.Tenants {
+		if tp.Payloads > 0 {
+			rules = append(rules, rule{tenant: t, keep: tp.Payloads})
+			own = append(own, t)
+		}
+	}
+	slices.Sort(own)
+	if p.Config.Payloads > 0 {
+		rules = append(rules, rule{except: own, keep: p.Config.Payloads})
+	}
+	for _, r := range rules {
+		for {
+			n, err := p.Store.ExpirePayloads(ctx, r.tenant, r.except, now().Add(-r.keep), payloadBatch)
+			if err != nil {
+				return fmt.Errorf("expire payloads: %w", err)
+			}
+			if n > 0 && p.Logger != nil {
+				p.Logger.Info("payload bodies expired", "tenant", r.tenant, "payloads", n)
+			}
+			if n < payloadBatch || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// Active reports whether the configuration asks the pass for anything.
+func (c Config) Active() bool {
+	if c.Keep > 0 || c.Payloads > 0 {
+		return true
+	}
+	for _, t := range c.Tenants {
+		if t.Payloads > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Pass) round(ctx context.Context) (int, error) {

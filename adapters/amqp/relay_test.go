@@ -126,7 +126,7 @@ func TestRelayHoldsNoTransactionWhileTheBrokerIsDown(t *testing.T) {
 	proxy.Cut()
 
 	// The relay's own connections carry a name, to find them in pg_stat_activity.
-	app := "relay-test-" + uuid.NewString()[:8]
+	app := "relay-test-" + uuid.Must(uuid.NewV7()).String()[:8]
 	sep := "?"
 	if strings.Contains(schema.URL, "?") {
 		sep = "&"
@@ -203,7 +203,7 @@ func TestRelayDoesNotAckABatchWhoseConfirmFailed(t *testing.T) {
 	// A second batch (one transaction, so one read) whose 11th message fails once after its confirm.
 	second := make([]string, 30)
 	for i := range second {
-		second[i] = uuid.NewString()
+		second[i] = uuid.Must(uuid.NewV7()).String()
 	}
 	mu.Lock()
 	failID = second[10]
@@ -256,12 +256,12 @@ func TestPublisherForgetsTheFailureOfAnAbandonedBatch(t *testing.T) {
 	defer pub.Close()
 
 	proxy.Cut()
-	if err := pub.Publish(queue, message.NewMessage(uuid.NewString(), []byte(`{}`))); err == nil {
+	if err := pub.Publish(queue, message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{}`))); err == nil {
 		t.Fatal("publish through a cut connection succeeded")
 	}
 	proxy.Restore()
 
-	ids := []string{uuid.NewString(), uuid.NewString()}
+	ids := []string{uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()}
 	for i, id := range ids {
 		if err := pub.Publish(queue, message.NewMessage(id, payloadOf(id, i))); err != nil {
 			t.Fatalf("publish after the broker came back: %v", err)
@@ -302,7 +302,7 @@ func startRelay(t *testing.T, schema *pgtest.Schema, amqpURL string, onConfirmed
 func startRelayOn(t *testing.T, pool *pgxpool.Pool, amqpURL string, onConfirmed amqp.Confirmed, beforeFlush func(batch int)) *relayUnderTest {
 	t.Helper()
 	logger, wmLogger := relayLoggers()
-	r := &relayUnderTest{group: "relay-test-" + uuid.NewString()[:8], done: make(chan error, 1), t: t}
+	r := &relayUnderTest{group: "relay-test-" + uuid.Must(uuid.NewV7()).String()[:8], done: make(chan error, 1), t: t}
 	cfg := amqp.RelayConfig{
 		URL:            amqpURL,
 		OutboxTopic:    postgres.OutboxTopicOf(0),
@@ -397,7 +397,7 @@ func declareQueue(t *testing.T) string {
 func acceptEvents(t *testing.T) []domain.Event {
 	t.Helper()
 	_, events, err := domain.Accept(domain.AcceptSpec{
-		ID: uuid.NewString(), Tenant: "acme", Channel: "webhook", Recipient: "https://example.com/hook",
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook", Recipient: "https://example.com/hook",
 		Payload: json.RawMessage(`{"a":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 	}, time.Now().UTC())
 	if err != nil {
@@ -412,7 +412,7 @@ func appendOutbox(t *testing.T, store *postgres.EventStore, queue string, events
 	t.Helper()
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = uuid.NewString()
+		ids[i] = uuid.Must(uuid.NewV7()).String()
 	}
 	writeOutbox(t, store, queue, events, ids, from)
 	return ids

@@ -45,7 +45,8 @@ func withVonageReceipts(t testing.TB) option {
 // messageID, awaiting its receipt, and returns its id.
 func (b *bundle) smsAcceptedBy(t testing.TB, tenant, provider, messageID string) string {
 	t.Helper()
-	id, now := uuid.NewString(), time.Now().UTC().Truncate(time.Microsecond)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, now) // the views are partitioned by it
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(), Channel: "sms",
 		Recipient: "+15005550006", Payload: json.RawMessage(`{"text":"hi"}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 		RequestKey: "sms-" + id}, now)

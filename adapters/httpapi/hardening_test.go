@@ -39,7 +39,7 @@ func TestPayloadNumbersOutOfNumericRangeAre400(t *testing.T) {
 func TestNULInOperatorTextIs400(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := uuid.NewString()
+	id := uuid.Must(uuid.NewV7()).String()
 	for _, tt := range []struct{ path, body, field string }{
 		{"/v1/deliveries/" + id + "/replay", `{"reason":"a\u0000b"}`, "reason"},
 		{"/v1/dlq/replay", `{"reason":"\u0000"}`, "reason"},
@@ -79,15 +79,15 @@ func TestUUIDSpellingsPostgreSQLRefuses(t *testing.T) {
 		spelt.get(t, path, keyAcme).expect(t, http.StatusOK, nil)
 	}
 	spelt.operatorPost(t, "/v1/deliveries/urn:uuid:"+acc.ID+"/replay", keyAcme, "").expectProblem(t, http.StatusConflict, "state")
-	spelt.operatorPost(t, "/v1/deliveries/urn:uuid:"+uuid.NewString()+"/reconcile", keyAcme,
+	spelt.operatorPost(t, "/v1/deliveries/urn:uuid:"+uuid.Must(uuid.NewV7()).String()+"/reconcile", keyAcme,
 		`{"outcome":"delivered","evidence":"e"}`).expectProblem(t, http.StatusNotFound, "")
 
 	cursor := func(raw string) string { return base64.RawURLEncoding.EncodeToString([]byte(raw)) }
 	at := time.Now().Add(time.Hour).UnixMicro()
-	b.get(t, "/v1/deliveries?cursor="+cursor(`{"a":`+strconv.FormatInt(at, 10)+`,"i":"urn:uuid:`+uuid.NewString()+`"}`), keyAcme).expect(t, http.StatusOK, nil)
-	b.get(t, "/v1/deliveries?cursor="+cursor(`{"a":-9000000000000000000,"i":"`+uuid.NewString()+`"}`), keyAcme).
+	b.get(t, "/v1/deliveries?cursor="+cursor(`{"a":`+strconv.FormatInt(at, 10)+`,"i":"urn:uuid:`+uuid.Must(uuid.NewV7()).String()+`"}`), keyAcme).expect(t, http.StatusOK, nil)
+	b.get(t, "/v1/deliveries?cursor="+cursor(`{"a":-9000000000000000000,"i":"`+uuid.Must(uuid.NewV7()).String()+`"}`), keyAcme).
 		expectProblem(t, http.StatusBadRequest, "cursor")
-	b.get(t, "/v1/dlq?cursor="+cursor(`{"a":9000000000000000000,"i":"`+uuid.NewString()+`"}`), keyAcme).
+	b.get(t, "/v1/dlq?cursor="+cursor(`{"a":9000000000000000000,"i":"`+uuid.Must(uuid.NewV7()).String()+`"}`), keyAcme).
 		expectProblem(t, http.StatusBadRequest, "cursor")
 }
 

@@ -19,7 +19,7 @@ import (
 // at endedAt with outcome (empty: it stays queued).
 func (b *bundle) ended(t *testing.T, tenant string, acceptedAt, endedAt time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
-	id := uuid.NewString()
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, acceptedAt) // the views are partitioned by it
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
 		Channel: "webhook", Recipient: "https://x.example.com/h", Payload: json.RawMessage(`{}`),
 		Priority: domain.PriorityNormal, MaxAttempts: 1, RequestKey: "ended-" + id}, acceptedAt.UTC())

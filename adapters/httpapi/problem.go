@@ -133,6 +133,8 @@ func problemFor(err error) problem {
 	case errors.Is(err, domain.ErrNotDead), errors.Is(err, domain.ErrNotUnknown):
 		// The delivery is real but in a state the decision does not apply to.
 		p.Status, p.Field = http.StatusConflict, "state"
+	case errors.Is(err, commands.ErrPayloadExpired):
+		p.Status, p.Field = http.StatusConflict, "payload"
 	case errors.As(err, new(*commands.ReplaySuppressedError)):
 		// The recipient is suppressed: a replay would end suppressed for good.
 		p.Status, p.Field = http.StatusConflict, "state"

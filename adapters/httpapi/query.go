@@ -68,7 +68,14 @@ func viewOf(events []domain.Event) (deliveryView, error) {
 	if err != nil {
 		return deliveryView{}, fmt.Errorf("delivery status: %w", err)
 	}
-	return newDeliveryView(row), nil
+	v := newDeliveryView(row)
+	if len(events) > 0 && events[0].Type == domain.EventAccepted {
+		var acc domain.Accepted
+		if json.Unmarshal(events[0].Data, &acc) == nil {
+			v.PayloadExpired = acc.PayloadExpired
+		}
+	}
+	return v, nil
 }
 
 // deliveryAfter is the answer of an operator's decision: the tenant's delivery as the decision

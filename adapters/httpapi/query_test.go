@@ -164,7 +164,7 @@ func TestDeliveryNotFound(t *testing.T) {
 	acc := b.accept(t, "private-1", "https://example.com/private")
 
 	// Another tenant's delivery is not found, with exactly the answer of an id never used.
-	unknown := b.get(t, "/v1/deliveries/"+uuid.NewString(), keyAcme)
+	unknown := b.get(t, "/v1/deliveries/"+uuid.Must(uuid.NewV7()).String(), keyAcme)
 	unknown.expectProblem(t, http.StatusNotFound, "")
 	for _, path := range []string{"/v1/deliveries/" + acc.ID, "/v1/deliveries/" + acc.ID + "/events"} {
 		r := b.get(t, path, keyGlobex)
@@ -174,7 +174,7 @@ func TestDeliveryNotFound(t *testing.T) {
 		}
 	}
 	for _, path := range []string{
-		"/v1/deliveries/" + uuid.NewString() + "/events",
+		"/v1/deliveries/" + uuid.Must(uuid.NewV7()).String() + "/events",
 		"/v1/deliveries/not-a-uuid",
 		"/v1/deliveries/not-a-uuid/events",
 		"/v1/deliveries/%27%3B--",

@@ -36,8 +36,8 @@ func TestAuthentication(t *testing.T) {
 			for _, rq := range []struct{ method, path, body string }{
 				{http.MethodPost, "/v1/deliveries", body},
 				{http.MethodPost, "/v1/notifications", notificationBody("https://example.com/auth")},
-				{http.MethodGet, "/v1/deliveries/" + uuid.NewString(), ""},
-				{http.MethodGet, "/v1/deliveries/" + uuid.NewString() + "/events", ""},
+				{http.MethodGet, "/v1/deliveries/" + uuid.Must(uuid.NewV7()).String(), ""},
+				{http.MethodGet, "/v1/deliveries/" + uuid.Must(uuid.NewV7()).String() + "/events", ""},
 			} {
 				hr, err := http.NewRequest(rq.method, b.url+rq.path, strings.NewReader(rq.body))
 				if err != nil {
@@ -71,9 +71,9 @@ func TestAuthentication(t *testing.T) {
 		t.Fatalf("%d events written by unauthenticated requests", n)
 	}
 	// The scheme is case-insensitive (RFC 9110 section 11.1).
-	r := b.refusing().do(t, req{method: http.MethodGet, path: "/v1/deliveries/" + uuid.NewString()})
+	r := b.refusing().do(t, req{method: http.MethodGet, path: "/v1/deliveries/" + uuid.Must(uuid.NewV7()).String()})
 	r.expectProblem(t, http.StatusUnauthorized, "Authorization")
-	hr, _ := http.NewRequest(http.MethodGet, b.url+"/v1/deliveries/"+uuid.NewString(), nil)
+	hr, _ := http.NewRequest(http.MethodGet, b.url+"/v1/deliveries/"+uuid.Must(uuid.NewV7()).String(), nil)
 	hr.Header.Set("Authorization", "bearer "+keyAcme)
 	res, err := b.client.Do(hr)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestRoutes(t *testing.T) {
 		{http.MethodDelete, "/v1/deliveries", "GET, HEAD, POST"},
 		{http.MethodPost, "/v1/dlq", "GET, HEAD"},
 		{http.MethodPut, "/v1/notifications", "POST"},
-		{http.MethodDelete, "/v1/deliveries/" + uuid.NewString(), "GET, HEAD"},
+		{http.MethodDelete, "/v1/deliveries/" + uuid.Must(uuid.NewV7()).String(), "GET, HEAD"},
 		{http.MethodPost, "/healthz", "GET, HEAD"},
 	}
 	for _, tt := range tests {

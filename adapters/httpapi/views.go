@@ -59,7 +59,11 @@ type deliveryView struct {
 	// Suppression says what suppressed the delivery (state suppressed): the suppression list
 	// entry and its evidence, or the category the recipient opted out of.
 	Suppression *domain.Suppressed `json:"suppression,omitempty"`
-	Version     int                `json:"version"`
+	// PayloadExpired: the payload's body left after the retention's payloads period (its
+	// SHA-256 stays in the history); the delivery can no longer be replayed. Set on the answers
+	// folded from the delivery's own stream (GET /v1/deliveries/{id}), not on the lists.
+	PayloadExpired bool `json:"payload_expired,omitempty"`
+	Version        int  `json:"version"`
 	// AsOf echoes the as_of parameter of GET /v1/deliveries/{id}: the delivery as it was then.
 	AsOf *time.Time `json:"as_of,omitempty"`
 }

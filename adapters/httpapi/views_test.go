@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
 )
@@ -97,8 +98,9 @@ func (b *bundle) list(t *testing.T, path, apiKey string) listAnswer {
 // second later, ending in the outcome kind (empty: stays queued).
 func (b *bundle) story(t testing.TB, tenant, channel, recipient string, at time.Time, outcome domain.OutcomeKind) string {
 	t.Helper()
-	id := uuid.NewString()
 	now := at.UTC().Truncate(time.Microsecond)
+	// A UUIDv7 of the accept time, as the accept command makes it: the views are partitioned by it.
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, now)
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
 		Channel: channel, Recipient: recipient, Payload: json.RawMessage(`{}`), Priority: domain.PriorityNormal,
 		MaxAttempts: 1, RequestKey: "story-" + id}, now)
@@ -245,8 +247,8 @@ func TestListEndpointsRefuseBadFilters(t *testing.T) {
 		{"/v1/dlq?state=delivered", "state"},
 		{"/v1/dlq?limit=-1", "limit"},
 		{"/v1/stats?tenant=globex", "tenant"},
-		{"/v1/deliveries/" + uuid.NewString() + "?as_of=noon", "as_of"},
-		{"/v1/deliveries/" + uuid.NewString() + "?asof=2026-01-01T00:00:00Z", "asof"},
+		{"/v1/deliveries/" + uuid.Must(uuid.NewV7()).String() + "?as_of=noon", "as_of"},
+		{"/v1/deliveries/" + uuid.Must(uuid.NewV7()).String() + "?asof=2026-01-01T00:00:00Z", "asof"},
 	} {
 		b.refusing().get(t, c.path, keyAcme).expectProblem(t, http.StatusBadRequest, c.field)
 	}

@@ -263,12 +263,15 @@ func (b *AppendBatcher) write(calls []*appendCall) (err error) {
 }
 
 // eventsTaken finds which of the given stream versions and idempotency keys are recorded: two
-// index lookups (an OR across them would be a scan of the whole table).
+// index lookups (an OR across them would be a scan of the whole table). A key is looked up with
+// its event's delivery, the events' unique key (idempotency_key, delivery_id).
 const eventsTaken = `SELECT e.delivery_id::text, e.version, e.idempotency_key
 FROM unnest($1::uuid[], $2::int[]) AS s(id, version)
 JOIN events e ON e.delivery_id = s.id AND e.version = s.version
 UNION
-SELECT delivery_id::text, version, idempotency_key FROM events WHERE idempotency_key = ANY($3::text[])`
+SELECT e.delivery_id::text, e.version, e.idempotency_key
+FROM unnest($1::uuid[], $3::text[]) AS k(id, key)
+JOIN events e ON e.idempotency_key = k.key AND e.delivery_id = k.id`
 
 // answerConflicts answers, after a unique violation, every call whose events meet a recorded
 // version or key, as EventStore.Append would have (ErrDuplicate when all its keys are recorded,

@@ -24,7 +24,8 @@ import (
 )
 
 // EventStore is the PostgreSQL event store. Unique constraints decide conflicts: (delivery_id,
-// version) for optimistic concurrency, idempotency_key for dedupe.
+// version) for optimistic concurrency, (idempotency_key, delivery_id) for dedupe (every key names
+// its delivery, so the pair is as unique as the key: migration 0019).
 type EventStore struct {
 	pool *pgxpool.Pool
 }
@@ -52,7 +53,10 @@ const (
 const eventsAppend = eventsInsert + `
 SELECT * FROM ` + eventsRows
 
-const eventsExistingKeys = `SELECT count(*) FROM events WHERE idempotency_key = ANY($1::text[])`
+// eventsExistingKeys counts the recorded events of the given (key, delivery) pairs: the key with
+// its delivery, the events' unique key, which a partition holds whole.
+const eventsExistingKeys = `SELECT count(*) FROM unnest($1::text[], $2::uuid[]) AS k(key, id)
+JOIN events e ON e.idempotency_key = k.key AND e.delivery_id = k.id`
 
 const eventColumns = `delivery_id::text, tenant, version, type, idempotency_key, data, recorded_at, position`
 
@@ -70,8 +74,13 @@ const eventsByDeliveryOf = `SELECT ` + eventColumns + ` FROM events WHERE delive
 
 const eventsByDeliveries = `SELECT ` + eventColumns + ` FROM events WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, version`
 
-// payloadsByNotification reads payloads kept apart.
-const payloadsByNotification = `SELECT notification_id, payload FROM notification_payloads WHERE notification_id = ANY($1::text[])`
+// payloadsByNotification reads payloads kept apart, by notification and accept time (the time in
+// its deliveries' ids): the condition on the time alone lets the executor read only the
+// partitions of those times.
+const payloadsByNotification = `SELECT p.notification_id, p.accepted_at, p.payload, coalesce(p.size, 0) FROM notification_payloads p
+JOIN unnest($1::text[], $2::timestamptz[]) AS u(notification_id, accepted_at)
+  ON p.notification_id = u.notification_id AND p.accepted_at = u.accepted_at
+WHERE p.accepted_at = ANY($2::timestamptz[])`
 
 // payloadApart is the field an accepted event that keeps its payload apart has in its data: a
 // cheap search for it skips the decode of every other loaded event.
@@ -97,60 +106,84 @@ func apartRef(e domain.Event) string {
 // stream is the stream as the domain recorded it. Streams without one (every single-recipient
 // notification) cost nothing more; the others one query for all of them.
 func (s *EventStore) attachPayloads(ctx context.Context, events []domain.Event) error {
-	refs := map[int]string{}
+	refs := map[int]payloadRef{}
 	var ids []string
+	var times []time.Time
 	for i, e := range events {
 		if id := apartRef(e); id != "" {
-			refs[i] = id
-			ids = append(ids, id)
+			at, ok := UUIDv7Time(e.DeliveryID)
+			if !ok {
+				return fmt.Errorf("delivery %s: keeps its payload apart but its id is not a version 7 UUID", e.DeliveryID)
+			}
+			refs[i] = payloadRef{id, at.UnixMilli()}
+			ids, times = append(ids, id), append(times, at)
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := s.pool.Query(ctx, payloadsByNotification, ids)
+	rows, err := s.pool.Query(ctx, payloadsByNotification, ids, times)
 	if err != nil {
 		return fmt.Errorf("load payloads: %w", err)
 	}
-	payloads := map[string][]byte{}
+	type stored struct {
+		body []byte // nil once expired
+		size int
+	}
+	payloads := map[payloadRef]stored{}
 	for rows.Next() {
 		var id string
-		var payload []byte
-		if err := rows.Scan(&id, &payload); err != nil {
+		var at time.Time
+		var p stored
+		if err := rows.Scan(&id, &at, &p.body, &p.size); err != nil {
 			rows.Close()
 			return fmt.Errorf("load payloads: %w", err)
 		}
-		payloads[id] = payload
+		payloads[payloadRef{id, at.UnixMilli()}] = p
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("load payloads: %w", err)
 	}
-	for i, id := range refs {
-		payload, ok := payloads[id]
-		if !ok {
-			return fmt.Errorf("delivery %s: the payload of notification %s is missing", events[i].DeliveryID, id)
+	for i, ref := range refs {
+		payload, ok := payloads[ref]
+		switch {
+		case !ok:
+			return fmt.Errorf("delivery %s: the payload of notification %s is missing", events[i].DeliveryID, ref.notification)
+		case payload.body == nil:
+			events[i], err = domain.WithPayloadExpired(events[i], payload.size)
+		default:
+			events[i], err = domain.WithPayloadInline(events[i], payload.body)
 		}
-		if events[i], err = domain.WithPayloadInline(events[i], payload); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// payloadRef names a payload kept apart: its notification and accept time (Unix ms), the key of
+// notification_payloads.
+type payloadRef struct {
+	notification string
+	acceptedMs   int64
+}
+
 // payloadsInsert keeps each accepted notification's payload once (migration 0007).
-const payloadsInsert = `INSERT INTO notification_payloads (notification_id, tenant, sha256, payload)
-SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[])`
+const payloadsInsert = `INSERT INTO notification_payloads (notification_id, accepted_at, tenant, sha256, payload)
+SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::bytea[], $5::jsonb[])`
 
 // payloadRows collects the notification_payloads rows of one write.
 type payloadRows struct {
 	ids, tenants, payloads []string
+	times                  []time.Time
 	hashes                 [][]byte
 }
 
 // apart returns the record's events with the accepted ones keeping their payload apart, and
 // adds the notification's payload row to rows, for a notification of several deliveries: one
-// delivery keeps its payload inline, which is as compact and costs no second read. A record
-// without a payload keeps its events as they are.
+// delivery keeps its payload inline, which is as compact and costs no second read, unless the
+// record asks for it apart (its payload may expire). A record without a payload keeps its
+// events as they are.
 func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error) {
 	accepted := 0
 	for _, e := range rec.Events {
@@ -158,7 +191,7 @@ func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error
 			accepted++
 		}
 	}
-	if len(rec.Payload) == 0 || accepted < 2 {
+	if len(rec.Payload) == 0 || accepted == 0 || accepted < 2 && !rec.PayloadApart {
 		return rec.Events, nil
 	}
 	sum := sha256.Sum256(rec.Payload)
@@ -174,17 +207,34 @@ func (rows *payloadRows) apart(rec commands.AcceptRecord) ([]domain.Event, error
 			return nil, err
 		}
 	}
-	rows.ids = append(rows.ids, rec.NotificationID)
-	rows.tenants = append(rows.tenants, rec.Tenant)
-	rows.hashes = append(rows.hashes, sum[:])
-	rows.payloads = append(rows.payloads, string(rec.Payload))
+	// One row per accept time of the deliveries (their ids' milliseconds), the time a load reads
+	// it by: one row, as commands.Accept gives every delivery of a request the same time.
+	seen := map[int64]bool{}
+	for _, e := range events {
+		if e.Type != domain.EventAccepted {
+			continue
+		}
+		at, ok := UUIDv7Time(e.DeliveryID)
+		if !ok {
+			return nil, fmt.Errorf("delivery %s: its id is not a version 7 UUID, whose time places the payload", e.DeliveryID)
+		}
+		if seen[at.UnixMilli()] {
+			continue
+		}
+		seen[at.UnixMilli()] = true
+		rows.ids = append(rows.ids, rec.NotificationID)
+		rows.times = append(rows.times, at)
+		rows.tenants = append(rows.tenants, rec.Tenant)
+		rows.hashes = append(rows.hashes, sum[:])
+		rows.payloads = append(rows.payloads, string(rec.Payload))
+	}
 	return events, nil
 }
 
 // write queues the rows' insert on w.
 func (rows *payloadRows) write(ctx context.Context, w execer) {
 	if len(rows.ids) > 0 {
-		_, _ = w.Exec(ctx, payloadsInsert, rows.ids, rows.tenants, rows.hashes, rows.payloads)
+		_, _ = w.Exec(ctx, payloadsInsert, rows.ids, rows.times, rows.tenants, rows.hashes, rows.payloads)
 	}
 }
 
@@ -262,12 +312,12 @@ func (s *EventStore) translate(ctx context.Context, err error, events []domain.E
 	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateUniqueViolation {
 		return fmt.Errorf("append to %s: %w", events[0].DeliveryID, err)
 	}
-	keys := make([]string, len(events))
+	keys, ids := make([]string, len(events)), make([]string, len(events))
 	for i, e := range events {
-		keys[i] = e.Key
+		keys[i], ids[i] = e.Key, e.DeliveryID
 	}
 	var existing int
-	if qerr := s.pool.QueryRow(ctx, eventsExistingKeys, keys).Scan(&existing); qerr != nil {
+	if qerr := s.pool.QueryRow(ctx, eventsExistingKeys, keys, ids).Scan(&existing); qerr != nil {
 		return fmt.Errorf("append to %s: %w (checking keys: %v)", events[0].DeliveryID, commands.ErrVersionConflict, qerr)
 	}
 	if existing == len(events) {
@@ -431,10 +481,20 @@ FROM unnest($1::text[]) AS u(k)`
 
 const sqlstateDivisionByZero = "22012"
 
-// acceptWrite is the write of requests taken as new, of distinct keys: their locks, then their
-// accept_requests rows, whose unique index fails the write at once for a key already recorded,
-// before the events and outbox rows are written and rolled back. A failure that keyTaken
-// recognises leaves nothing written.
+// acceptRequestsAbsent follows acceptRequestLockAll in the write of new requests and fails with
+// division_by_zero when a key is recorded already, in any partition of accept_requests: since the
+// table is partitioned by created_at (migration 0019) its primary key holds created_at too, and
+// no unique index refuses a second row of a key any more. It reads under the keys' locks,
+// in a statement of its own, so it sees every request of those keys that has committed: a
+// concurrent first use either holds a lock (and the write fails on it) or has committed (and
+// this fails). It probes each partition's key index once per key (the LATERAL keeps it to
+// probes: joined, a batch's keys were hashed against a scan of every row), and stops at a hit.
+const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::text[], $2::text[]) AS u(tenant, request_key)
+  CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key LIMIT 1) AS r))::int`
+
+// acceptWrite is the write of requests taken as new, of distinct keys: their locks, a check that
+// no partition holds their keys, then their accept_requests rows, before the events and outbox
+// rows are written and rolled back. A failure that keyTaken recognises leaves nothing written.
 type acceptWrite struct {
 	batch    writeBatch
 	lockKeys []string
@@ -461,6 +521,7 @@ func newAccepts(ctx context.Context, recs []commands.AcceptRecord) (*acceptWrite
 	a := &acceptWrite{lockKeys: lockKeys}
 	w := &a.batch
 	_, _ = w.Exec(ctx, acceptRequestLockAll, lockKeys)
+	_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys)
 	_, _ = w.Exec(ctx, acceptRequestPutMany, tenants, keys, hashes, responses)
 	if err := errors.Join(appendEvents(ctx, w, events), publishOutbox(ctx, w, outbox)); err != nil {
 		return nil, err
@@ -518,7 +579,7 @@ func (a *acceptWrite) send(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // keyTaken reports whether the write of newAccepts failed because a key is in flight (its lock
-// is held) or already recorded, or another unique row of the write exists: the requests then get
+// is held) or already recorded (acceptRequestsAbsent), or another unique row of the write exists: the requests then get
 // their answers from the path that reads before it writes.
 func keyTaken(err error) bool {
 	var pgErr *pgconn.PgError

@@ -34,7 +34,7 @@ func setup(t *testing.T) *storeBundle {
 func acceptedEvents(t *testing.T) (*domain.Delivery, []domain.Event) {
 	t.Helper()
 	d, events, err := domain.Accept(domain.AcceptSpec{
-		ID: uuid.NewString(), Tenant: "acme", Channel: "webhook", Recipient: "https://example.com/hook",
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook", Recipient: "https://example.com/hook",
 		Payload: json.RawMessage(`{"a":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 	}, time.Now().UTC())
 	if err != nil {
@@ -72,7 +72,7 @@ func TestAppendAndLoad(t *testing.T) {
 	if re.State() != domain.StateQueued || re.Version() != 2 || re.Recipient() != d.Recipient() {
 		t.Fatalf("rehydrated state %s version %d", re.State(), re.Version())
 	}
-	if _, err := b.store.Load(ctx, uuid.NewString()); !errors.Is(err, commands.ErrNotFound) {
+	if _, err := b.store.Load(ctx, uuid.Must(uuid.NewV7()).String()); !errors.Is(err, commands.ErrNotFound) {
 		t.Fatalf("missing stream: got %v, want ErrNotFound", err)
 	}
 	if _, err := b.store.Load(ctx, "not-a-uuid"); !errors.Is(err, commands.ErrNotFound) {
@@ -160,7 +160,7 @@ func TestAppendWritesOutboxInSameTransaction(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	_, events := acceptedEvents(t)
-	msg := commands.OutboxMessage{ID: uuid.NewString(), Topic: "ledger.webhook", Payload: []byte(`{"x":1}`)}
+	msg := commands.OutboxMessage{ID: uuid.Must(uuid.NewV7()).String(), Topic: "ledger.webhook", Payload: []byte(`{"x":1}`)}
 	if err := b.store.Append(ctx, events, []commands.OutboxMessage{msg}); err != nil {
 		t.Fatal(err)
 	}
@@ -465,44 +465,6 @@ func waitForLockWait(t *testing.T, b *storeBundle, table string) {
 	t.Fatalf("no backend waited for a lock on %s", table)
 }
 
-func TestOutboxPruneKeepsUnpublishedRows(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	for range 3 {
-		_, events := acceptedEvents(t)
-		// One partition key: the three messages share a shard.
-		msg := commands.OutboxMessage{ID: uuid.NewString(), Topic: "ledger.webhook", PartitionKey: "one", Payload: []byte(`{}`)}
-		if err := b.store.Append(ctx, events, []commands.OutboxMessage{msg}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var shard int
-	if err := b.schema.Pool.QueryRow(ctx, `SELECT DISTINCT shard FROM ledger_outbox_all`).Scan(&shard); err != nil {
-		t.Fatal(err)
-	}
-	table := "watermill_" + postgres.OutboxTopicOf(shard)
-	// The relay has passed the first two transactions.
-	if _, err := b.schema.Pool.Exec(ctx, `INSERT INTO watermill_offsets_`+postgres.OutboxTopicOf(shard)+` (consumer_group, offset_acked, last_processed_transaction_id)
-		SELECT 'relay', "offset", transaction_id FROM `+table+` ORDER BY transaction_id OFFSET 2 LIMIT 1`); err != nil {
-		t.Fatal(err)
-	}
-	n, err := postgres.OutboxPrune(ctx, b.schema.Pool, "relay", 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left int
-	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_outbox_all`).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 || left != 1 {
-		t.Fatalf("pruned %d and left %d, want 2 and 1", n, left)
-	}
-	if n, err := postgres.OutboxPrune(ctx, b.schema.Pool, "nobody", 100); err != nil || n != 0 {
-		t.Fatalf("an unknown consumer group pruned %d (%v)", n, err)
-	}
-}
-
 // TestAppendBatcherConformance: appends sharing transactions answer as they would alone.
 func TestAppendBatcherConformance(t *testing.T) {
 	t.Parallel()
@@ -530,7 +492,7 @@ func TestAppendBatcherConformance(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[2*i+j] = batcher.Append(ctx, queued, []commands.OutboxMessage{{ID: uuid.NewString(), Topic: "t", PartitionKey: d.ID(), Payload: []byte(`{}`)}})
+				errs[2*i+j] = batcher.Append(ctx, queued, []commands.OutboxMessage{{ID: uuid.Must(uuid.NewV7()).String(), Topic: "t", PartitionKey: d.ID(), Payload: []byte(`{}`)}})
 			}()
 		}
 	}
@@ -691,7 +653,7 @@ func TestLoadOfScopesToTheTenant(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Tenant != "acme" {
 		t.Fatalf("LoadOf(acme) = %v, %v; want its stream", got, err)
 	}
-	for _, tc := range []struct{ tenant, id string }{{"globex", d.ID()}, {"acme", uuid.NewString()}, {"acme", "urn:uuid:" + uuid.NewString()}, {"acme", "nope"}} {
+	for _, tc := range []struct{ tenant, id string }{{"globex", d.ID()}, {"acme", uuid.Must(uuid.NewV7()).String()}, {"acme", "urn:uuid:" + uuid.Must(uuid.NewV7()).String()}, {"acme", "nope"}} {
 		if got, err := b.store.LoadOf(ctx, tc.tenant, tc.id); !errors.Is(err, commands.ErrNotFound) || got != nil {
 			t.Errorf("LoadOf(%s, %s) = %v, %v; want ErrNotFound and nothing", tc.tenant, tc.id, got, err)
 		}
@@ -754,11 +716,11 @@ func TestLoadOfDoesTheSameWorkForAForeignAndAnUnknownID(t *testing.T) {
 	// Warm: the first execution of each may read the catalogue or set hint bits.
 	for range 2 {
 		buffers("globex", d.ID())
-		buffers("globex", uuid.NewString())
+		buffers("globex", uuid.Must(uuid.NewV7()).String())
 		buffers("acme", d.ID())
 	}
 	foreign, foreignRows := buffers("globex", d.ID())
-	unknown, unknownRows := buffers("globex", uuid.NewString())
+	unknown, unknownRows := buffers("globex", uuid.Must(uuid.NewV7()).String())
 	own, ownRows := buffers("acme", d.ID())
 	if foreignRows != 0 || unknownRows != 0 || ownRows != len(events) {
 		t.Fatalf("rows: foreign %d, unknown %d, own %d; want 0, 0, %d", foreignRows, unknownRows, ownRows, len(events))
@@ -777,7 +739,7 @@ func BenchmarkLoadOf(b *testing.B) {
 	s := pgtest.New(b)
 	store := postgres.NewEventStore(s.Pool)
 	ctx := context.Background()
-	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "globex", Channel: "webhook",
+	d, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "globex", Channel: "webhook",
 		Recipient: "https://example.com/h", Payload: json.RawMessage(`{"a":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
 	if err != nil {
 		b.Fatal(err)
@@ -785,7 +747,7 @@ func BenchmarkLoadOf(b *testing.B) {
 	if err := store.Append(ctx, events, nil); err != nil {
 		b.Fatal(err)
 	}
-	for name, id := range map[string]string{"other-tenant": d.ID(), "unknown": uuid.NewString()} {
+	for name, id := range map[string]string{"other-tenant": d.ID(), "unknown": uuid.Must(uuid.NewV7()).String()} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := store.LoadOf(ctx, "acme", id); !errors.Is(err, commands.ErrNotFound) {
@@ -811,12 +773,13 @@ func testRecordAcceptPayloadOnce(t *testing.T, b *storeBundle, store commands.Ac
 	errs := make(chan error, notifications)
 	for n := range notifications {
 		payload := fmt.Sprintf(`{"n": %d, "text": "payload of notification %d"}`, n, n)
-		notification := uuid.NewString()
+		notification := uuid.Must(uuid.NewV7()).String()
 		rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "p-" + notification, RequestHash: []byte("h"),
 			NotificationID: notification, Payload: []byte(payload), Response: []byte(`{}`)}
-		for range 2 {
-			_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", NotificationID: notification,
-				Channel: "webhook", Recipient: "https://example.com/" + uuid.NewString(), Payload: json.RawMessage(payload),
+		at := time.Now()
+		for range 2 { // the deliveries of one accept share its time, as commands.DeliveryID gives it
+			_, events, err := domain.Accept(domain.AcceptSpec{ID: deliveryIDAt(at), Tenant: "acme", NotificationID: notification,
+				Channel: "webhook", Recipient: "https://example.com/" + uuid.Must(uuid.NewV7()).String(), Payload: json.RawMessage(payload),
 				Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
 			if err != nil {
 				t.Fatal(err)
@@ -912,12 +875,13 @@ func TestMigratingBelowPayloadsApartKeepsThePayloads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	notification := uuid.NewString()
+	notification := uuid.Must(uuid.NewV7()).String()
 	rec := commands.AcceptRecord{Tenant: "acme", RequestKey: "down-1", RequestHash: []byte("h"), NotificationID: notification,
 		Payload: []byte(`{"a": 1}`), Response: []byte(`{}`)}
+	at := time.Now()
 	for range 2 { // a fan-out: the payload is kept apart
-		_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", NotificationID: notification,
-			Channel: "webhook", Recipient: "https://example.com/" + uuid.NewString(), Payload: json.RawMessage(`{"a": 1}`),
+		_, events, err := domain.Accept(domain.AcceptSpec{ID: deliveryIDAt(at), Tenant: "acme", NotificationID: notification,
+			Channel: "webhook", Recipient: "https://example.com/" + uuid.Must(uuid.NewV7()).String(), Payload: json.RawMessage(`{"a": 1}`),
 			Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
 		if err != nil {
 			t.Fatal(err)
@@ -960,7 +924,7 @@ func TestAPayloadNamingTheMarkerIsItsOwn(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	payload := json.RawMessage(`{"payload_sha256": "mine", "notification_id": "also mine"}`)
-	_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.NewString(), Tenant: "acme", NotificationID: uuid.NewString(),
+	_, events, err := domain.Accept(domain.AcceptSpec{ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", NotificationID: uuid.Must(uuid.NewV7()).String(),
 		Channel: "webhook", Recipient: "https://example.com/h", Payload: payload, Priority: domain.PriorityNormal, MaxAttempts: 3}, time.Now().UTC())
 	if err != nil {
 		t.Fatal(err)
@@ -981,4 +945,15 @@ func TestAPayloadNamingTheMarkerIsItsOwn(t *testing.T) {
 	if err := json.Unmarshal(d.Payload(), &own); err != nil || own["payload_sha256"] != "mine" || own["notification_id"] != "also mine" {
 		t.Fatalf("payload %s (%v), want the caller's own", d.Payload(), err)
 	}
+}
+
+// deliveryIDAt is a new delivery id of accept time at: a version 7 UUID of at's millisecond, as
+// commands.DeliveryID makes them, so that it lands in the partitions of that time.
+func deliveryIDAt(at time.Time) string {
+	id := uuid.Must(uuid.NewV7())
+	ms := uint64(at.UnixMilli())
+	for i := range 6 {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	return id.String()
 }

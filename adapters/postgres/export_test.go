@@ -47,3 +47,13 @@ var EventsQueries = map[string]string{
 	"eventsByDeliveryOf":   eventsByDeliveryOf,
 	"eventsOfNotification": eventsOfNotification,
 }
+
+// PartitionedQueries are the queries of the partitioned tables' hot paths (migration 0019), for
+// a test to explain, by name.
+var PartitionedQueries = map[string]string{
+	"acceptRequestsAbsent":   acceptRequestsAbsent,
+	"acceptRequestGet":       acceptRequestGet,
+	"acceptRequestGetMany":   acceptRequestGetMany,
+	"payloadsByNotification": payloadsByNotification,
+	"eventsAppend":           eventsAppend,
+}

@@ -27,37 +27,38 @@ type eventsIndex struct {
 // An index lands only with an entry here that names the query or constraint that pays for it.
 var eventsIndexes = map[string]eventsIndex{
 	"events_pkey": {
-		def: `CREATE UNIQUE INDEX events_pkey ON events USING btree (transaction_id, "position")`,
+		def: `CREATE UNIQUE INDEX events_pkey ON ONLY events USING btree (transaction_id, "position", delivery_id)`,
 		why: "the log order that every follower reads (ReadLog: the projector; the views' lag and " +
-			"pending counts), unique so that a checkpoint names one row (migration 0018)",
+			"pending counts), unique so that a checkpoint names one row (migration 0018); with the " +
+			"partition key since the table is partitioned (0019), a Merge Append of one scan per partition",
 		queries: []string{"eventsReadLog", "checkpointLagGet", "tenantPendingGet"},
 	},
 	"events_stream_version_key": {
-		def: `CREATE UNIQUE INDEX events_stream_version_key ON events USING btree (delivery_id, version)`,
+		def: `CREATE UNIQUE INDEX events_stream_version_key ON ONLY events USING btree (delivery_id, version)`,
 		why: "optimistic concurrency: one event per stream version; the stream loads (Load, " +
 			"LoadMany, the views' stream reads, AppendEach's and the due pass's version checks)",
 		queries: []string{"eventsByDelivery", "eventsByDeliveries", "eventsTaken"},
 	},
 	"events_idempotency_key_key": {
-		def: `CREATE UNIQUE INDEX events_idempotency_key_key ON events USING btree (idempotency_key)`,
-		why: "idempotency: one event per operation key; translate's and answerConflicts' probes " +
-			"of the keys a failed write met",
+		def: `CREATE UNIQUE INDEX events_idempotency_key_key ON ONLY events USING btree (idempotency_key, delivery_id)`,
+		why: "idempotency: one event per operation key (every key names its delivery, the partition " +
+			"key: 0019); translate's and answerConflicts' probes of the keys a failed write met",
 		queries: []string{"eventsExistingKeys", "eventsTaken"},
 	},
 	"events_provider_operation": {
-		def:     `CREATE INDEX events_provider_operation ON events USING btree (((data ->> 'provider'::text)), ((data ->> 'provider_operation_id'::text))) WHERE (type = 'delivery.provider_accepted'::text)`,
+		def:     `CREATE INDEX events_provider_operation ON ONLY events USING btree (((data ->> 'provider'::text)), ((data ->> 'provider_operation_id'::text))) WHERE (type = 'delivery.provider_accepted'::text)`,
 		why:     "FindOperation: a receipt or a lookup names the provider's message, not the delivery",
 		queries: []string{"operationFind"},
 	},
 	"events_tenant_of_stream": {
-		def: `CREATE UNIQUE INDEX events_tenant_of_stream ON events USING btree (delivery_id, tenant) WHERE (version = 1)`,
+		def: `CREATE UNIQUE INDEX events_tenant_of_stream ON ONLY events USING btree (delivery_id, tenant) WHERE (version = 1)`,
 		why: "LoadOf: another tenant's id costs the probe an unknown one costs " +
 			"(TestLoadOfDoesTheSameWorkForAForeignAndAnUnknownID); events_stream_version_key " +
 			"would read the foreign stream's heap page to find its tenant",
 		queries: []string{"eventsByDeliveryOf"},
 	},
 	"events_notification_of_stream": {
-		def:     `CREATE INDEX events_notification_of_stream ON events USING btree (tenant, ((data ->> 'notification_id'::text))) WHERE (version = 1)`,
+		def:     `CREATE INDEX events_notification_of_stream ON ONLY events USING btree (tenant, ((data ->> 'notification_id'::text))) WHERE (version = 1)`,
 		why:     "DeliveriesOf: a notification's cancel, exact where the status view may lag",
 		queries: []string{"eventsOfNotification"},
 	},
@@ -80,7 +81,7 @@ func TestEventsIndexesAreTheJustifiedOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 		// pgtest's schema names need no quotes.
-		got[name] = strings.Replace(def, " ON "+schema.Name+".events ", " ON events ", 1)
+		got[name] = strings.Replace(def, " ON ONLY "+schema.Name+".events ", " ON ONLY events ", 1)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestEventsIndexesAreTheJustifiedOnes(t *testing.T) {
 // eventsIndexesFill writes 2,000 deliveries' histories of four events each, an SMS's up to its
 // provider's acceptance, in three tenants, and analyzes the table.
 const eventsIndexesFill = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-SELECT md5(i::text)::uuid, 't' || i % 3, v.version, v.type, md5(i::text)::uuid::text || '/' || v.key,
+SELECT overlay(md5(i::text) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid, 't' || i % 3, v.version, v.type, overlay(md5(i::text) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid::text || '/' || v.key,
        CASE v.version WHEN 1 THEN jsonb_build_object('notification_id', 'n' || i, 'channel', 'sms')
                       WHEN 4 THEN jsonb_build_object('attempt', 1, 'provider', 'twilio', 'provider_operation_id', 'SM' || i)
                       ELSE '{"attempt": 1}' END,
@@ -126,18 +127,40 @@ func TestEventsQueriesUseTheirIndexes(t *testing.T) {
 	if _, err := schema.Pool.Exec(ctx, "ANALYZE events"); err != nil {
 		t.Fatal(err)
 	}
-	id, key := "c4ca4238-a0b9-2382-0dcc-509a6f75849b", "c4ca4238-a0b9-2382-0dcc-509a6f75849b/accepted" // md5('1')
+	var id string
+	if err := schema.Pool.QueryRow(ctx, `SELECT delivery_id::text FROM events WHERE version = 1 AND data->>'notification_id' = 'n1'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	key := id + "/accepted"
 	args := map[string][]any{
 		"eventsReadLog":        {"0", int64(0), 100},
 		"checkpointLagGet":     {"status"},
 		"tenantPendingGet":     {"status", "t1", 1000},
 		"eventsByDelivery":     {id},
 		"eventsByDeliveries":   {[]string{id}},
-		"eventsExistingKeys":   {[]string{key}},
+		"eventsExistingKeys":   {[]string{key}, []string{id}},
 		"eventsTaken":          {[]string{id}, []int32{1}, []string{key}},
 		"operationFind":        {"twilio", "SM1"},
 		"eventsByDeliveryOf":   {id, "t1"},
 		"eventsOfNotification": {"t1", "n1"},
+	}
+	// The partitions' indexes of each index of events (migration 0019 partitions the table).
+	parts := map[string][]string{}
+	rows, err := schema.Pool.Query(ctx, `SELECT p.relname, c.relname FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+		WHERE p.relnamespace = to_regnamespace($1) AND p.relkind = 'I'`, schema.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var parent, child string
+		if err := rows.Scan(&parent, &child); err != nil {
+			t.Fatal(err)
+		}
+		parts[parent] = append(parts[parent], child)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	for name, index := range eventsIndexes {
 		for _, q := range index.queries {
@@ -147,8 +170,11 @@ func TestEventsQueriesUseTheirIndexes(t *testing.T) {
 			}
 			plan := explain(t, schema, query, args[q]...)
 			if !slices.ContainsFunc(plan, func(line string) bool {
-				// "Index Scan using NAME on events", "Bitmap Index Scan on NAME  (cost..."
-				return strings.Contains(line, " using "+name+" ") || strings.Contains(line, " on "+name+" ")
+				// "Index Scan using NAME on events_p...", "Bitmap Index Scan on NAME  (cost...":
+				// NAME is the index of a partition, attached to the index of events.
+				return slices.ContainsFunc(parts[name], func(n string) bool {
+					return strings.Contains(line, " using "+n+" ") || strings.Contains(line, " on "+n+" ")
+				})
 			}) {
 				t.Errorf("%s does not scan %s:\n%s", q, name, strings.Join(plan, "\n"))
 			}
@@ -189,7 +215,7 @@ func TestTenantPendingReadsTheLogOrder(t *testing.T) {
 	schema := pgtest.New(t)
 	ctx := context.Background()
 	if _, err := schema.Pool.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-		SELECT md5((g / 4)::text)::uuid, 't' || g % 2, g % 4 + 1, 'delivery.queued', g::text, '{"attempt": 1}', now()
+		SELECT overlay(md5((g / 4)::text) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid, 't' || g % 2, g % 4 + 1, 'delivery.queued', g::text, '{"attempt": 1}', now()
 		FROM generate_series(0, 39999) g`); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +236,7 @@ func TestTenantPendingReadsTheLogOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text := strings.Join(plan, "\n"); !strings.Contains(text, "events_pkey ") || strings.Contains(text, "Seq Scan on events") {
+	if text := strings.Join(plan, "\n"); !strings.Contains(text, "_pkey ") || strings.Contains(text, "Seq Scan on events") {
 		t.Fatalf("the pending count does not read the log order's key:\n%s", text)
 	}
 }

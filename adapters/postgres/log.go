@@ -25,7 +25,8 @@ type LogRange struct {
 // order. Unlike a follower it keeps no checkpoint, so it need not stop below the oldest running
 // transaction (which, anywhere in the cluster, would hide events that have long committed).
 // ORDER BY names the table's columns, not the text output column transaction_id. Accepted
-// events come with their payload, as Load gives them.
+// events come with their payload, as Load gives them: the payload of their notification and
+// accept time (ledger_delivery_time, migration 0019, reads it from the delivery id).
 const (
 	eventsExport = eventsExportFrom + `
 WHERE ($1::timestamptz IS NULL OR e.recorded_at >= $1)
@@ -39,11 +40,13 @@ WHERE ($1::timestamptz IS NULL OR recorded_at >= $1)
 // eventsExportFrom is the export's select list over the events table (or one partition of it,
 // exportOf), with the accepted events' payloads put back.
 const eventsExportFrom = `SELECT e.delivery_id::text, e.tenant, e.version, e.type, e.idempotency_key,
-	CASE WHEN p.payload IS NULL THEN e.data
+	CASE WHEN p.expired_at IS NOT NULL THEN e.data || jsonb_build_object('payload_expired', true, 'payload_size', p.size)
+	     WHEN p.payload IS NULL THEN e.data
 	     ELSE (e.data - 'payload_sha256') || jsonb_build_object('payload', p.payload) END,
 	e.recorded_at, e.position, e.transaction_id::text
 FROM events e LEFT JOIN notification_payloads p
-	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'`
+	ON e.version = 1 AND e.data ? 'payload_sha256' AND p.notification_id = e.data->>'notification_id'
+	AND p.accepted_at = ledger_delivery_time(e.delivery_id)`
 
 // exportOf is the export of every event of one table shaped like events (a detached partition),
 // in log order.

@@ -18,7 +18,7 @@ func TestLogOrderComparesTransactionIDsAsNumbers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	ten, nine := uuid.NewString(), uuid.NewString()
+	ten, nine := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
 	// Transaction 10 takes the lower position; the log order is still 9 first.
 	for _, row := range []struct{ txid, id string }{{"10", ten}, {"9", nine}} {
 		if _, err := b.schema.Pool.Exec(ctx, `INSERT INTO events (transaction_id, delivery_id, tenant, version, type, idempotency_key, data, recorded_at)

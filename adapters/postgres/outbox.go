@@ -17,7 +17,9 @@ import (
 
 // OutboxShards is the number of outbox topics, each relayed by its own forwarder. It is fixed,
 // not configured: a writer and a relay that disagreed on it would strand messages. Raising it
-// needs a migration creating watermill_ledger_outbox_<i> and watermill_offsets_ledger_outbox_<i>.
+// needs a migration creating watermill_ledger_outbox_<i> (partitioned as migration 0021 does the
+// first: the rotation and EnsurePartitions take every shard's table) and
+// watermill_offsets_ledger_outbox_<i>.
 //
 // Measured with four shards (ledger bench, 2 cores): the relay alone moved about 1.7 times more
 // messages, but end-to-end throughput stayed where the workers cap it, and latency grew: each

@@ -41,6 +41,18 @@ const (
 type PartitionedTable struct {
 	Name string
 	Key  PartitionKey
+	// Width, when set, is this table's partition width in place of PartitionConfig.Width (and
+	// its default ahead follows it): a table whose rows leave in minutes (the outbox) need not
+	// keep the partitions of the retention's days.
+	Width time.Duration
+}
+
+// config is cfg as it applies to t.
+func (t PartitionedTable) config(cfg PartitionConfig) PartitionConfig {
+	if t.Width > 0 {
+		cfg.Width = t.Width
+	}
+	return cfg
 }
 
 // partitionedTables lists every table that migrations create range-partitioned by time, in the
@@ -192,6 +204,7 @@ const partitionLockID = 7401526
 // nothing. Each partition is created apart and attached (SHARE UPDATE EXCLUSIVE on the parent,
 // which writes do not wait for), not created as PARTITION OF (ACCESS EXCLUSIVE), and a lock not
 // had within lock_timeout fails the round, to be tried again, rather than queue writes behind it.
+// The shadow of a rebuild in progress of a table gets the same partitions (partitions_views.go).
 func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConfig, now time.Time) ([]Partition, error) {
 	return EnsurePartitionsOf(ctx, pool, partitionedTables, cfg, now)
 }
@@ -200,6 +213,11 @@ func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, cfg PartitionConf
 func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []PartitionedTable, cfg PartitionConfig, now time.Time) ([]Partition, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	for _, t := range tables {
+		if err := t.config(cfg).Validate(); err != nil {
+			return nil, fmt.Errorf("partitions of %s: %w", t.Name, err)
+		}
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -210,9 +228,16 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 		return nil, fmt.Errorf("ensure partitions: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockID) //nolint:errcheck
+	// A view being rebuilt has a shadow partitioned like it: cut its partitions too, or the
+	// rebuild's catch-up meets a row with no partition.
+	shadows, err := shadowsOf(ctx, conn, tables)
+	if err != nil {
+		return nil, fmt.Errorf("ensure partitions: %w", err)
+	}
 	var created []Partition
-	until := now.Add(cfg.ahead())
-	for _, t := range tables {
+	for _, t := range append(slices.Clip(tables), shadows...) {
+		cfg := t.config(cfg)
+		until := now.Add(cfg.ahead())
 		have, err := Partitions(ctx, conn, t.Name)
 		if err != nil {
 			return created, fmt.Errorf("ensure partitions: %w", err)

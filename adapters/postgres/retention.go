@@ -263,6 +263,33 @@ SELECT a.tenant, a.channel, l.type, 0::bigint, count(*) FROM last l JOIN acc a U
 	return out, nil
 }
 
+// payloadsExpire deletes the bodies of payloads accepted before $1 whose deliveries are all
+// terminal in the status view (a notification's deliveries carry its accept's millisecond, so
+// they are one range of its key), keeping their SHA-256 and size.
+const payloadsExpire = `WITH due AS (
+	SELECT p.notification_id, p.accepted_at FROM notification_payloads p
+	WHERE p.payload IS NOT NULL AND p.accepted_at < $1
+	  AND ($2 = '' OR p.tenant = $2) AND p.tenant <> ALL ($3::text[])
+	  AND NOT EXISTS (SELECT 1 FROM status_view s
+		WHERE s.id >= ledger_delivery_floor(p.accepted_at)
+		  AND s.id < ledger_delivery_floor(p.accepted_at + interval '1 millisecond')
+		  AND s.tenant = p.tenant AND s.notification_id = p.notification_id AND s.terminal_at IS NULL)
+	ORDER BY p.accepted_at LIMIT $4)
+UPDATE notification_payloads p SET size = octet_length(p.payload::text), payload = NULL, expired_at = now()
+FROM due WHERE p.notification_id = due.notification_id AND p.accepted_at = due.accepted_at`
+
+// ExpirePayloads deletes the bodies of up to limit payloads past their period.
+func (s *RetentionStore) ExpirePayloads(ctx context.Context, tenant string, except []string, before time.Time, limit int) (int64, error) {
+	if except == nil {
+		except = []string{}
+	}
+	tag, err := s.pool.Exec(ctx, payloadsExpire, before, tenant, except, limit)
+	if err != nil {
+		return 0, fmt.Errorf("expire payloads: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // DropEmpty drops a detached partition that holds no event, and its segment row.
 func (s *RetentionStore) DropEmpty(ctx context.Context, p retention.Partition) error {
 	name := pgx.Identifier{p.Name}.Sanitize()

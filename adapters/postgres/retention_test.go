@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,6 +99,16 @@ func (b *retentionBundle) partitionOf(t *testing.T, id string) string {
 	return name
 }
 
+// exists reports whether a table of that name is in the test's schema.
+func (b *retentionBundle) exists(t *testing.T, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := b.db.Pool.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
 // nextPartition waits until the clock is in a later partition than the one of t0.
 func nextPartition(t0 time.Time) {
 	for time.Now().Truncate(retentionWidth).Equal(t0.Truncate(retentionWidth)) {
@@ -114,6 +125,10 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	t.Parallel()
 	b := setupRetention(t)
 	ctx := context.Background()
+	// Past the first partitions, which end where each table's migration happened to end its
+	// first: from here every table's partitions share their bounds.
+	nextPartition(time.Now())
+	nextPartition(time.Now())
 
 	t0 := time.Now()
 	gone := []string{b.delivery(t, "acme", "delivered"), b.delivery(t, "acme", "dead"), b.delivery(t, "globex", "delivered")}
@@ -125,6 +140,18 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	longer := b.delivery(t, "initech", "delivered")
 	nextPartition(t2)
 	goneAt, openAt, longerAt := b.partitionOf(t, gone[0]), b.partitionOf(t, open), b.partitionOf(t, longer)
+	// The views' and the payloads' partitions of the same range follow the history out.
+	followers := map[string]bool{}
+	for _, table := range []string{"status_view", "dlq_view", "notification_payloads", "accept_requests"} {
+		name := table + strings.TrimPrefix(goneAt, "events")
+		followers[name] = b.exists(t, name)
+		if !followers[name] {
+			t.Fatalf("no partition %s beside %s", name, goneAt)
+		}
+		if kept := table + strings.TrimPrefix(openAt, "events"); !b.exists(t, kept) {
+			t.Fatalf("no partition %s beside %s", kept, openAt)
+		}
+	}
 	if b.partitionOf(t, gone[2]) != goneAt || goneAt == openAt || openAt == longerAt {
 		t.Fatalf("partitions %s %s %s", goneAt, openAt, longerAt)
 	}
@@ -141,9 +168,16 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	if b.seen.archived != 12 || b.seen.held != 2 || b.seen.overdue != 1 || b.seen.failed != 0 {
 		t.Fatalf("observed %+v", b.seen)
 	}
-	var exists bool
-	if err := b.db.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, goneAt).Scan(&exists); err != nil || exists {
-		t.Fatalf("partition %s still exists (%v)", goneAt, err)
+	if b.exists(t, goneAt) {
+		t.Fatalf("partition %s still exists", goneAt)
+	}
+	for name := range followers {
+		if b.exists(t, name) {
+			t.Fatalf("follower partition %s still exists after %s left", name, goneAt)
+		}
+		if kept := strings.Replace(name, strings.TrimPrefix(goneAt, "events"), strings.TrimPrefix(openAt, "events"), 1); !b.exists(t, kept) {
+			t.Fatalf("follower partition %s of a held range was dropped", kept)
+		}
 	}
 	if _, err := b.dir.Verify(ctx, goneAt); err != nil {
 		t.Fatalf("verify segment: %v", err)

@@ -23,7 +23,7 @@ func deadLetterOf(t *testing.T, b *storeBundle, recipient, key string, suppress 
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	d, events, err := domain.Accept(domain.AcceptSpec{
-		ID: uuid.NewString(), Tenant: "acme", Channel: "webhook", Recipient: recipient, RecipientKey: key,
+		ID: uuid.Must(uuid.NewV7()).String(), Tenant: "acme", Channel: "webhook", Recipient: recipient, RecipientKey: key,
 		Payload: json.RawMessage(`{"a":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3,
 	}, now)
 	if err != nil {
@@ -250,7 +250,7 @@ func TestLoadProbingReadsTheStreamAndTheProbeAtOnce(t *testing.T) {
 	if _, block, err = b.store.LoadProbing(ctx, d.ID(), "acme", "", ref); err != nil || block.Suppression == nil || block.Suppression.ID != entry.ID {
 		t.Fatalf("after the suppression: %+v, %v; want entry %s", block, err, entry.ID)
 	}
-	if _, _, err := b.store.LoadProbing(ctx, uuid.NewString(), "acme", "", ref); !errors.Is(err, commands.ErrNotFound) {
+	if _, _, err := b.store.LoadProbing(ctx, uuid.Must(uuid.NewV7()).String(), "acme", "", ref); !errors.Is(err, commands.ErrNotFound) {
 		t.Fatalf("unknown id: %v, want not found", err)
 	}
 }

@@ -222,10 +222,12 @@ type viewTx struct{ tx pgx.Tx }
 var (
 	statusRowsGet = `SELECT ` + statusColumns.selectList() + ` FROM %[1]s WHERE id = ANY($1::uuid[])`
 
-	// The update is guarded by the version the row had when it was read.
+	// The update is guarded by the version the row had when it was read. The ids again as an
+	// array ($1) let the planner keep only the partitions of the batch's deliveries: a join with
+	// unnest alone is planned over every partition, a hash join of the whole view.
 	statusRowsUpdate = `UPDATE %[1]s AS v SET ` + statusColumns.set("id", "u") + `
 FROM ` + statusColumns.unnest("u", [2]string{"expected_version", "integer"}) + `
-WHERE v.id = u.id AND v.version = u.expected_version`
+WHERE v.id = u.id AND v.version = u.expected_version AND v.id = ANY($1::uuid[])`
 
 	// By the uuid column (the index), not the text output column of the same name; both orders
 	// agree with the log's delivery_id order, which the merge in Verify relies on.
@@ -302,33 +304,66 @@ func (t viewTx) CheckpointMove(ctx context.Context, live, shadow string) error {
 	return err
 }
 
-// ShadowMatches implements projections.Tx.
+// ShadowMatches implements projections.Tx: same columns, and partitioned by the same key (or
+// neither partitioned).
 func (t viewTx) ShadowMatches(ctx context.Context, live, shadow string) (bool, error) {
-	var liveCols, shadowCols string
-	if err := t.tx.QueryRow(ctx, tableColumnsGet, live).Scan(&liveCols); err != nil {
-		return false, err
+	var liveCols, shadowCols, liveKey, shadowKey string
+	for _, q := range []struct {
+		sql, table string
+		into       *string
+	}{
+		{tableColumnsGet, live, &liveCols}, {tableColumnsGet, shadow, &shadowCols},
+		{tablePartitionKeyGet, live, &liveKey}, {tablePartitionKeyGet, shadow, &shadowKey},
+	} {
+		if err := t.tx.QueryRow(ctx, q.sql, q.table).Scan(q.into); err != nil {
+			return false, err
+		}
 	}
-	if err := t.tx.QueryRow(ctx, tableColumnsGet, shadow).Scan(&shadowCols); err != nil {
-		return false, err
-	}
-	return shadowCols != "" && shadowCols == liveCols, nil
+	return shadowCols != "" && shadowCols == liveCols && shadowKey == liveKey, nil
 }
 
-// ShadowCreate implements projections.Tx.
+// ShadowCreate implements projections.Tx. The shadow of a partitioned view is partitioned the
+// same way, with the same partitions (partitions_views.go).
 func (t viewTx) ShadowCreate(ctx context.Context, live, shadow string) error {
-	for _, stmt := range []string{
-		`DROP TABLE IF EXISTS ` + ident(shadow),
-		`CREATE TABLE ` + ident(shadow) + ` (LIKE ` + ident(live) + ` INCLUDING ALL)`,
-	} {
+	var key string
+	if err := t.tx.QueryRow(ctx, tablePartitionKeyGet, live).Scan(&key); err != nil {
+		return err
+	}
+	create := `CREATE TABLE ` + ident(shadow) + ` (LIKE ` + ident(live) + ` INCLUDING ALL)`
+	if key != "" {
+		create += ` PARTITION BY ` + key
+	}
+	for _, stmt := range []string{`DROP TABLE IF EXISTS ` + ident(shadow), create} {
 		if _, err := t.tx.Exec(ctx, stmt); err != nil {
 			return err
 		}
 	}
+	if key != "" {
+		return shadowPartitionsCreate(ctx, t.tx, live, shadow)
+	}
 	return nil
 }
 
-// ShadowSwitch implements projections.Tx: readers wait from its lock to the commit only.
+// ShadowSwitch implements projections.Tx: readers wait from its lock to the commit only. For a
+// partitioned view it first takes the partitions' advisory lock (before the table, the order
+// EnsurePartitions takes them in), so that the set of partitions holds still while the shadow's
+// is made equal to it.
 func (t viewTx) ShadowSwitch(ctx context.Context, live, shadow string) error {
+	var key string
+	if err := t.tx.QueryRow(ctx, tablePartitionKeyGet, live).Scan(&key); err != nil {
+		return err
+	}
+	if key != "" {
+		for _, stmt := range []string{
+			`SELECT pg_advisory_xact_lock(` + strconv.Itoa(partitionLockID) + `)`,
+			`LOCK TABLE ` + ident(live) + ` IN ACCESS EXCLUSIVE MODE`,
+		} {
+			if _, err := t.tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return shadowPartitionsSwitch(ctx, t.tx, live, shadow)
+	}
 	retired := ident(live + "_retired")
 	for _, stmt := range []string{
 		`LOCK TABLE ` + ident(live) + ` IN ACCESS EXCLUSIVE MODE`,

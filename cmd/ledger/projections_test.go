@@ -15,6 +15,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
+	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
 
@@ -22,8 +23,9 @@ import (
 // deliver) started and delivered a second after that.
 func appendStory(t *testing.T, store *postgres.EventStore, tenant string, at time.Time, deliver bool) string {
 	t.Helper()
-	id := uuid.NewString()
 	at = at.UTC().Truncate(time.Microsecond)
+	// A UUIDv7 of the accept time, as the accept command makes it: the views are partitioned by it.
+	id := commands.DeliveryID(uuid.NewString(), commands.Recipient{}, at)
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, NotificationID: uuid.NewString(),
 		Channel: "webhook", Recipient: "https://example.com/h", Payload: json.RawMessage(`{"n":1}`),
 		Priority: domain.PriorityNormal, MaxAttempts: 3, RequestKey: "k-" + id}, at)

@@ -6315,7 +6315,9 @@ func (e GetSuppression500ApplicationProblemPlusJSONResponseBodyType) Valid() boo
 	}
 }
 
-// AcceptedData delivery.accepted. Everything an attempt needs, fixed at acceptance.
+// AcceptedData delivery.accepted. Everything an attempt needs, fixed at acceptance. `payload` is there
+// unless the payload's body expired (`retention.payloads`): then `payload_expired` is true,
+// and `payload_sha256` and `payload_size` say what it was.
 type AcceptedData struct {
 	// Category The notification's category, when it named one.
 	Category *string `json:"category,omitempty"`
@@ -6329,7 +6331,16 @@ type AcceptedData struct {
 	NotificationId UUID `json:"notification_id"`
 
 	// Payload The notification's payload, a JSON object (workers and receivers address its members by name).
-	Payload Payload `json:"payload"`
+	Payload *Payload `json:"payload,omitempty"`
+
+	// PayloadExpired The payload's body left after the retention's payloads period.
+	PayloadExpired *bool `json:"payload_expired,omitempty"`
+
+	// PayloadSha256 Hex SHA-256 of the payload's JSON as accepted (with `payload_expired`).
+	PayloadSha256 *string `json:"payload_sha256,omitempty"`
+
+	// PayloadSize The size in bytes of the payload's JSON (with `payload_expired`).
+	PayloadSize *int `json:"payload_size,omitempty"`
 
 	// Priority Orders work within a channel; normal by default.
 	Priority  Priority `json:"priority"`
@@ -6347,7 +6358,9 @@ type AcceptedData struct {
 
 // AcceptedEvent delivery.accepted: the delivery was accepted, with everything its attempts need.
 type AcceptedEvent struct {
-	// Data delivery.accepted. Everything an attempt needs, fixed at acceptance.
+	// Data delivery.accepted. Everything an attempt needs, fixed at acceptance. `payload` is there
+	// unless the payload's body expired (`retention.payloads`): then `payload_expired` is true,
+	// and `payload_sha256` and `payload_size` say what it was.
 	Data AcceptedData `json:"data"`
 
 	// RecordedAt An RFC 3339 time.
@@ -6683,6 +6696,12 @@ type Delivery struct {
 
 	// NotificationId A UUID in its canonical lower-case form.
 	NotificationId UUID `json:"notification_id"`
+
+	// PayloadExpired The payload's body left after the retention's payloads period (`retention.payloads`);
+	// its SHA-256 stays in the history (delivery.accepted's `payload_sha256`). Such a delivery
+	// cannot be replayed (`409`, field `payload`). Only on answers folded from the delivery's
+	// own events (GET /v1/deliveries/{id}, replay, reconcile, cancel), not on lists.
+	PayloadExpired *bool `json:"payload_expired,omitempty"`
 
 	// Priority Orders work within a channel; normal by default.
 	Priority Priority `json:"priority"`

@@ -99,7 +99,7 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 	ctx := context.Background()
 
 	accepted, err := client.AcceptNotificationWithResponse(ctx,
-		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.NewString()},
+		&apiclient.AcceptNotificationParams{IdempotencyKey: "client-" + uuid.Must(uuid.NewV7()).String()},
 		apiclient.NotificationRequest{
 			Payload:    apiclient.Payload{"text": "hello"},
 			Recipients: []apiclient.NotificationRecipient{{Channel: "webhook", Recipient: receiver.URL}},
@@ -153,7 +153,7 @@ func TestGeneratedClientSwitchesOnEventTypes(t *testing.T) {
 		switch e := value.(type) {
 		case apiclient.AcceptedEvent:
 			version = e.Version
-			if e.Data.Recipient != receiver.URL || e.Data.Channel != "webhook" || e.Data.Payload["text"] != "hello" {
+			if e.Data.Recipient != receiver.URL || e.Data.Channel != "webhook" || e.Data.Payload == nil || (*e.Data.Payload)["text"] != "hello" {
 				t.Errorf("%s: data %+v", typ, e.Data)
 			}
 		case apiclient.QueuedEvent:

@@ -276,6 +276,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 	accept.OnAccepted = a.metrics.Accepted
 	accept.MaxFanOutBytes = a.cfg.MaxFanOutBytes
 	accept.Suppression, accept.Normalize = a.suppression, a.channels.Normalize
+	accept.PayloadsExpire = func(tenant string) bool { return a.retention.PayloadsOf(tenant) > 0 }
 	replay := commands.NewReplayHandler(a.store, a.topology, clock)
 	replay.OnDecided = a.metrics.Decided
 	replay.Requests, replay.Suppression = a.store, a.suppression
@@ -391,8 +392,10 @@ func (a *App) Run(ctx context.Context) error {
 		due := commands.NewDuePass(postgres.NewDueStore(a.pool), a.store, a.topology, commands.SystemClock{}, a.logger.With("role", "relay"))
 		due.Grace = a.cfg.DueGrace
 		start("due pass", due.Run)
-		start("outbox prune", func(ctx context.Context) error {
-			return postgres.PruneOutboxEvery(ctx, a.pool, relayConsumerGroup, time.Minute, a.logger)
+		// Relayed outbox rows leave by whole partitions; every relay runs the rotation, one at a
+		// time (they share the partition maintenance's lock).
+		start("outbox rotation", func(ctx context.Context) error {
+			return postgres.RotateOutboxEvery(ctx, a.pool, time.Minute, a.logger.With("role", "relay"))
 		})
 	}
 	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {

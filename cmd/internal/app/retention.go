@@ -51,18 +51,34 @@ func (a *App) keepPartitions(ctx context.Context) error {
 // retentionPass is the pass that moves old partitions to the archive, or nil when the file's
 // retention keeps everything.
 func (a *App) retentionPass() (*retention.Pass, error) {
-	if a.retention.Keep == 0 {
+	if !a.retention.Active() {
 		return nil, nil
 	}
-	dir, err := archive.NewDir(a.retention.ArchiveDir)
-	if err != nil {
-		return nil, fmt.Errorf("retention.archive_dir: %w", err)
+	pass := &retention.Pass{Store: postgres.NewRetentionStore(a.pool), Config: a.retention,
+		Observer: a.metrics, Logger: a.logger.With("role", "retention")}
+	if a.retention.Keep > 0 {
+		dir, err := archive.NewDir(a.retention.ArchiveDir)
+		if err != nil {
+			return nil, fmt.Errorf("retention.archive_dir: %w", err)
+		}
+		pass.Archive = archive.ForRetention{Store: dir}
 	}
-	return &retention.Pass{Store: postgres.NewRetentionStore(a.pool), Archive: archive.ForRetention{Store: dir}, Config: a.retention,
-		Observer: a.metrics, Logger: a.logger.With("role", "retention")}, nil
+	return pass, nil
 }
 
-// retentionInterval is how often the pass looks: a quarter partition, within [1s, 5m].
+// retentionInterval is how often the pass looks: a quarter of the shortest of the partition's
+// width and the payloads periods, within [1s, 5m].
 func (a *App) retentionInterval() time.Duration {
-	return min(max(a.retention.PartitionWidth()/4, time.Second), 5*time.Minute)
+	d := a.retention.PartitionWidth()
+	for _, p := range []time.Duration{a.retention.Payloads} {
+		if p > 0 {
+			d = min(d, p)
+		}
+	}
+	for _, t := range a.retention.Tenants {
+		if t.Payloads > 0 {
+			d = min(d, t.Payloads)
+		}
+	}
+	return min(max(d/4, time.Second), 5*time.Minute)
 }

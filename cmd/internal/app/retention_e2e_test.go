@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -68,7 +69,13 @@ func TestRetentionArchivesDeliveredHistoryThroughTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The answer names the segment from the moment the partition is detached, a little before
+	// its manifest is written.
 	m, err := store.Verify(t.Context(), gone.Segment)
+	for until := time.Now().Add(10 * time.Second); errors.Is(err, archive.ErrNotFound) && time.Now().Before(until); {
+		time.Sleep(100 * time.Millisecond)
+		m, err = store.Verify(t.Context(), gone.Segment)
+	}
 	if err != nil || m.Events != 4 || m.Deliveries != 1 {
 		t.Fatalf("segment %s: %+v (%v)", gone.Segment, m, err)
 	}
@@ -97,4 +104,70 @@ func TestRetentionArchivesDeliveredHistoryThroughTheLedger(t *testing.T) {
 		t.Fatalf("a key repeated after keep answered the archived delivery %s", id)
 	}
 	b.waitState(t, again.Deliveries[0].ID, domain.StateDelivered, 20*time.Second)
+}
+
+// TestPayloadExpiryKeepsTheDigest: with retention.payloads 2s, a dead webhook's payload body
+// leaves: its status says payload_expired, its accepted event keeps payload_sha256 and the
+// size and drops the body, the stored row holds no body, and a replay is refused 409 naming
+// payload; a delivery of another tenant whose period is longer keeps its body.
+func TestPayloadExpiryKeepsTheDigest(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.New(t)
+	path := filepath.Join(t.TempDir(), "ledger.yaml")
+	file := "retention: {payloads: 2s, partition: 1h, tenants: {globex: {payloads: 1h}}}\nchannels:\n  webhook: {providers: [webhook]}\nproviders:\n  webhook: {type: webhook}\n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, schema)
+	cfg.ConfigFile = path
+	b := startApp(t, schema, cfg)
+	b.sink.script(func(*http.Request, int) (int, http.Header) { return http.StatusNotFound, nil })
+
+	body := map[string]any{"payload": map[string]any{"text": "hello"},
+		"recipients": []map[string]string{{"channel": "webhook", "recipient": b.sink.URL + "/hook"}}}
+	id := b.acceptNotification(t, "expire-1", body).Deliveries[0].ID
+	b.waitState(t, id, domain.StateDead, 20*time.Second)
+	globex := *b
+	globex.key = "globex-key"
+	kept := globex.acceptNotification(t, "expire-2", body).Deliveries[0].ID
+	globex.waitState(t, kept, domain.StateDead, 20*time.Second)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, raw := b.do(t, "GET", "/v1/deliveries/"+id, "", nil)
+		var v struct {
+			PayloadExpired bool `json:"payload_expired"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.PayloadExpired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery %s: payload not expired: %s", id, raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var accepted domain.Accepted
+	if err := json.Unmarshal(b.history(t, id)[0].Data, &accepted); err != nil {
+		t.Fatal(err)
+	}
+	if len(accepted.Payload) != 0 || !accepted.PayloadExpired || len(accepted.PayloadSHA256) != 64 || accepted.PayloadSize != len(`{"text": "hello"}`) {
+		t.Fatalf("accepted event after expiry: %+v", accepted)
+	}
+	var held int
+	if err := schema.Pool.QueryRow(t.Context(), `SELECT count(*) FROM notification_payloads WHERE payload IS NOT NULL`).Scan(&held); err != nil || held != 1 {
+		t.Fatalf("bodies held: %d (%v), want globex's alone", held, err)
+	}
+	resp, raw := b.do(t, "POST", "/v1/deliveries/"+id+"/replay", "", map[string]any{})
+	var p struct {
+		Field string `json:"field"`
+	}
+	if json.Unmarshal(raw, &p); resp.StatusCode != http.StatusConflict || p.Field != "payload" {
+		t.Fatalf("replay of an expired payload: %d %s", resp.StatusCode, raw)
+	}
+	if resp, raw := globex.do(t, "POST", "/v1/deliveries/"+kept+"/replay", "", map[string]any{}); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("replay of a kept payload: %d %s", resp.StatusCode, raw)
+	}
 }

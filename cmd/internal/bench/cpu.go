@@ -83,14 +83,25 @@ func perDelivery(rep *Report, phase string, from, to cpuTimes, deliveries int) m
 	return m
 }
 
+// tablesBytesList lists the tables of a schema with what each keeps (table, indexes and TOAST). A
+// partitioned table (the views, ...) is listed once with the sum of its partitions (its own size
+// is zero), and its partitions are not listed apart; pg_partition_tree has no rows for a plain one.
+const tablesBytesList = `SELECT c.relname,
+	coalesce((SELECT sum(pg_total_relation_size(t.relid)) FROM pg_partition_tree(c.oid) t), pg_total_relation_size(c.oid))::bigint
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition`
+
+// tableBytesGet is what one table keeps, its partitions' sum for a partitioned one.
+const tableBytesGet = `SELECT coalesce((SELECT sum(pg_total_relation_size(t.relid)) FROM pg_partition_tree($1::regclass) t),
+	pg_total_relation_size($1::regclass))::bigint`
+
 // storagePerDelivery records what each table of schema keeps per delivery, in bytes (table,
 // indexes and TOAST), in rep.BytesPerDelivery.
 func storagePerDelivery(ctx context.Context, rep *Report, pool *pgxpool.Pool, schema string, deliveries int) error {
 	if deliveries <= 0 {
 		return nil
 	}
-	rows, err := pool.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, schema)
+	rows, err := pool.Query(ctx, tablesBytesList, schema)
 	if err != nil {
 		return err
 	}
@@ -112,11 +123,13 @@ func storagePerDelivery(ctx context.Context, rep *Report, pool *pgxpool.Pool, sc
 // eventsBytesPerEvent is what the events table of schema keeps per event: "total"
 // (pg_total_relation_size: the table, its TOAST and every index), "table" (the table and its
 // TOAST, pg_table_size) and each index by name (pg_relation_size), in the order of the index
-// names. Every write of an event pays for each index: this says what each costs in bytes.
+// names, each summed over the partitions. Every write of an event pays for each index: this says what each costs in bytes.
 func eventsBytesPerEvent(ctx context.Context, pool *pgxpool.Pool, schema string) (events int64, sizes []namedSize, err error) {
 	table := pgx.Identifier{schema, "events"}.Sanitize()
 	var total, heap int64
-	if err := pool.QueryRow(ctx, `SELECT count(*), pg_total_relation_size($1::regclass), pg_table_size($1::regclass) FROM `+table,
+	// A partitioned table's own sizes are nought: its partitions' are summed (pg_partition_tree).
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce((SELECT sum(pg_total_relation_size(relid))::bigint FROM pg_partition_tree($1::regclass)), pg_total_relation_size($1::regclass)),
+		coalesce((SELECT sum(pg_table_size(relid))::bigint FROM pg_partition_tree($1::regclass)), pg_table_size($1::regclass)) FROM `+table,
 		table).Scan(&events, &total, &heap); err != nil {
 		return 0, nil, fmt.Errorf("size of %s: %w", table, err)
 	}
@@ -124,7 +137,7 @@ func eventsBytesPerEvent(ctx context.Context, pool *pgxpool.Pool, schema string)
 		return 0, nil, nil
 	}
 	sizes = []namedSize{{"total", float64(total) / float64(events)}, {"table", float64(heap) / float64(events)}}
-	rows, err := pool.Query(ctx, `SELECT c.relname, pg_relation_size(c.oid)
+	rows, err := pool.Query(ctx, `SELECT c.relname, coalesce((SELECT sum(pg_relation_size(relid))::bigint FROM pg_partition_tree(c.oid)), pg_relation_size(c.oid))
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass ORDER BY 1`, table)
 	if err != nil {
 		return 0, nil, fmt.Errorf("sizes of the indexes of %s: %w", table, err)

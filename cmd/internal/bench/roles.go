@@ -301,8 +301,7 @@ func (r *rolesPhase) storage(ctx context.Context, rep *Report, out io.Writer, de
 	if deliveries == 0 {
 		return nil
 	}
-	rows, err := r.env.pool.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`, r.env.schema)
+	rows, err := r.env.pool.Query(ctx, tablesBytesList, r.env.schema)
 	if err != nil {
 		return fmt.Errorf("table sizes: %w", err)
 	}

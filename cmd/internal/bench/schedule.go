@@ -228,7 +228,7 @@ func scheduleBytes(ctx context.Context, env *benchEnv, rep *Report, pending int,
 	var parts []string
 	for _, t := range []string{"due_work", "events", "status_view"} {
 		var size int64
-		if err := env.pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", t).Scan(&size); err != nil {
+		if err := env.pool.QueryRow(ctx, tableBytesGet, t).Scan(&size); err != nil {
 			return fmt.Errorf("size of %s: %w", t, err)
 		}
 		per := float64(size) / float64(max(pending, 1))
