@@ -168,11 +168,11 @@ func rotateOutboxShard(ctx context.Context, conn *pgx.Conn, shard int) ([]Partit
 // withPartitionLock runs fn holding the partition maintenance's advisory lock for the session
 // (DETACH CONCURRENTLY cannot run in the transaction that EnsurePartitions locks in).
 func withPartitionLock(ctx context.Context, conn *pgx.Conn, fn func() error) error {
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, partitionLockID); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+partitionLock+`)`); err != nil {
 		return fmt.Errorf("partition maintenance lock: %w", err)
 	}
 	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockID); err != nil {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+partitionLock+`)`); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx)) // closing the session frees the lock
 		}
 	}()

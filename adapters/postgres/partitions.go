@@ -192,8 +192,10 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// partitionLockID serialises partition maintenance across processes.
-const partitionLockID = 7401526
+// partitionLock is the key of the advisory lock that serialises partition maintenance across
+// processes (and a view's rebuild switch, and the outbox's rotation): one per schema, so that
+// deployments and tests sharing a database do not wait on each other.
+const partitionLock = `hashtextextended(current_schema() || ':ledger partitions', 0)`
 
 // EnsurePartitions creates, for every partitioned table, the partitions of cfg.Width that cover
 // the time from the table's last partition (or from now's boundary, for a table with none) to
@@ -224,10 +226,10 @@ func EnsurePartitionsOf(ctx context.Context, pool *pgxpool.Pool, tables []Partit
 		return nil, fmt.Errorf("ensure partitions: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, partitionLockID); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+partitionLock+`)`); err != nil {
 		return nil, fmt.Errorf("ensure partitions: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockID) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+partitionLock+`)`) //nolint:errcheck
 	// A view being rebuilt has a shadow partitioned like it: cut its partitions too, or the
 	// rebuild's catch-up meets a row with no partition.
 	shadows, err := shadowsOf(ctx, conn, tables)

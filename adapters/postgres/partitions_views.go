@@ -92,7 +92,7 @@ func renamedPartition(name, from, to string) (string, bool) {
 // table's partition key and one partition per live partition, by the same bounds. It holds the
 // partitions' advisory lock, so that no EnsurePartitions round adds a live partition meanwhile.
 func shadowPartitionsCreate(ctx context.Context, tx pgx.Tx, live, shadow string) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, partitionLockID); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionLock+`)`); err != nil {
 		return err
 	}
 	parts, err := partitionsWithBounds(ctx, tx, live)

@@ -93,8 +93,8 @@ func partitionOfName(table, name string) (Partition, bool) {
 	return p, true
 }
 
-// retentionLockID keeps retention passes of several processes apart.
-const retentionLockID = 7401527
+// retentionLock keeps retention passes of several processes apart, per schema.
+const retentionLock = `hashtextextended(current_schema() || ':ledger retention', 0)`
 
 // Exclusive runs fn holding the retention lock, on a connection of its own, or reports false.
 func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, error) {
@@ -104,10 +104,10 @@ func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, 
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, retentionLockID).Scan(&got); err != nil || !got {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+retentionLock+`)`).Scan(&got); err != nil || !got {
 		return false, err
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, retentionLockID) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+retentionLock+`)`) //nolint:errcheck
 	return true, fn()
 }
 

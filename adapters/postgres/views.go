@@ -355,7 +355,7 @@ func (t viewTx) ShadowSwitch(ctx context.Context, live, shadow string) error {
 	}
 	if key != "" {
 		for _, stmt := range []string{
-			`SELECT pg_advisory_xact_lock(` + strconv.Itoa(partitionLockID) + `)`,
+			`SELECT pg_advisory_xact_lock(` + partitionLock + `)`,
 			`LOCK TABLE ` + ident(live) + ` IN ACCESS EXCLUSIVE MODE`,
 		} {
 			if _, err := t.tx.Exec(ctx, stmt); err != nil {
