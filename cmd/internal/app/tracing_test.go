@@ -203,7 +203,10 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	}
 	spans := receiver.WaitFor(t, "trace from accept to outcome", 30*time.Second, func(all []otlptest.Span) bool {
 		tr := filterTrace(all, callerTrace)
-		return len(byName(tr, "record outcome")) > 0 && len(byName(tr, "append: wait for group commit")) > 0
+		// The consumer's span ends after its children (the outcome's record), and may be
+		// exported in a later batch: wait for it too.
+		return len(byName(tr, "record outcome")) > 0 && len(byName(tr, "append: wait for group commit")) > 0 &&
+			len(byName(tr, "process "+b.cfg.AMQPPrefix+".webhook")) > 0
 	})
 	tr := filterTrace(spans, callerTrace)
 	t.Logf("the trace of one delivery, as exported:\n%s", otlptest.Render(tr))
