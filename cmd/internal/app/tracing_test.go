@@ -206,7 +206,7 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 		// The consumer's span ends after its children (the outcome's record), and may be
 		// exported in a later batch: wait for it too.
 		return len(byName(tr, "record outcome")) > 0 && len(byName(tr, "append: wait for group commit")) > 0 &&
-			len(byName(tr, "process "+b.cfg.AMQPPrefix+".webhook")) > 0
+			len(byName(tr, "process "+prefix+".webhook")) > 0
 	})
 	tr := filterTrace(spans, callerTrace)
 	t.Logf("the trace of one delivery, as exported:\n%s", otlptest.Render(tr))
