@@ -108,9 +108,12 @@ func (b *AcceptBatcher) run() {
 const acceptRequestLockMany = `SELECT pg_try_advisory_xact_lock(hashtextextended(k, 0))
 FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i) ORDER BY i`
 
+// acceptRequestGetMany reads the keys' answers within their idempotency windows (since, see
+// acceptRequestsAbsent).
 const acceptRequestGetMany = `SELECT r.tenant, r.request_key, r.request_hash, r.response
-FROM accept_requests r JOIN unnest($1::text[], $2::text[]) AS u(tenant, request_key)
-  ON r.tenant = u.tenant AND r.request_key = u.request_key`
+FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(tenant, request_key, since)
+CROSS JOIN LATERAL (SELECT * FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key
+  AND r.created_at >= u.since ORDER BY r.created_at DESC LIMIT 1) AS r`
 
 const acceptRequestPutMany = `INSERT INTO accept_requests (tenant, request_key, request_hash, response)
 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[])`
@@ -175,7 +178,7 @@ func (b *AcceptBatcher) commitShared(ctx context.Context, calls []*acceptCall) (
 		answers[i] = acceptAnswer{response: c.rec.Response}
 		recs = append(recs, c.rec)
 	}
-	w, err := newAccepts(ctx, recs)
+	w, err := b.store.newAccepts(ctx, recs)
 	if err == nil {
 		if err = w.send(ctx, b.store.pool); err == nil {
 			return answers, nil
@@ -204,7 +207,7 @@ func (b *AcceptBatcher) commitChecked(ctx context.Context, calls []*acceptCall) 
 	var locked []bool
 	reads := []*pgx.QueuedQuery{
 		{SQL: acceptRequestLockMany, Arguments: []any{lockKeys}},
-		{SQL: acceptRequestGetMany, Arguments: []any{tenants, keys}},
+		{SQL: acceptRequestGetMany, Arguments: []any{tenants, keys, b.store.acceptSinces(tenants)}},
 	}
 	conn, err := beginWith(ctx, b.store.pool, reads, func(results pgx.BatchResults) error {
 		rows, err := results.Query()

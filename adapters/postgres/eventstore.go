@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -28,6 +29,36 @@ import (
 // its delivery, so the pair is as unique as the key: migration 0019).
 type EventStore struct {
 	pool *pgxpool.Pool
+	// IdempotencyWindow, when set, is how long a tenant's accept answers count (retention.keep;
+	// zero: for ever). An Idempotency-Key whose answer is older is a new request, and the key's
+	// check reads only the partitions of accept_requests that the window reaches. Set it before
+	// the store is used.
+	IdempotencyWindow func(tenant string) time.Duration
+}
+
+// acceptSince is the oldest accept answer of tenant that still counts.
+func (s *EventStore) acceptSince(tenant string, now time.Time) time.Time {
+	if s.IdempotencyWindow != nil {
+		if w := s.IdempotencyWindow(tenant); w > 0 {
+			return now.Add(-w)
+		}
+	}
+	return time.Time{}
+}
+
+// acceptSinces is acceptSince for each tenant, as the timestamptz[] of a statement (-infinity for
+// no window).
+func (s *EventStore) acceptSinces(tenants []string) []pgtype.Timestamptz {
+	now := time.Now()
+	out := make([]pgtype.Timestamptz, len(tenants))
+	for i, t := range tenants {
+		if since := s.acceptSince(t, now); since.IsZero() {
+			out[i] = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+		} else {
+			out[i] = pgtype.Timestamptz{Time: since, Valid: true}
+		}
+	}
+	return out
 }
 
 var (
@@ -464,8 +495,11 @@ func (s *EventStore) ReadLog(ctx context.Context, after projections.LogPosition,
 
 const (
 	acceptRequestLock = `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`
-	acceptRequestGet  = `SELECT request_hash, response FROM accept_requests WHERE tenant = $1 AND request_key = $2`
-	acceptRequestPut  = `INSERT INTO accept_requests (tenant, request_key, request_hash, response) VALUES ($1, $2, $3, $4)`
+	// acceptRequestGet reads the key's answer within the idempotency window ($3, -infinity for
+	// none): one row, since a key is written again only once its earlier answer is out of it.
+	acceptRequestGet = `SELECT request_hash, response FROM accept_requests WHERE tenant = $1 AND request_key = $2
+  AND created_at >= $3 ORDER BY created_at DESC LIMIT 1`
+	acceptRequestPut = `INSERT INTO accept_requests (tenant, request_key, request_hash, response) VALUES ($1, $2, $3, $4)`
 )
 
 // acceptRequestLockAll opens the write of new requests (newAccepts): it takes every key's advisory
@@ -489,8 +523,12 @@ const sqlstateDivisionByZero = "22012"
 // concurrent first use either holds a lock (and the write fails on it) or has committed (and
 // this fails). It probes each partition's key index once per key (the LATERAL keeps it to
 // probes: joined, a batch's keys were hashed against a scan of every row), and stops at a hit.
-const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::text[], $2::text[]) AS u(tenant, request_key)
-  CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key LIMIT 1) AS r))::int`
+//
+// Only answers within the key's idempotency window count (since: its tenant's keep back from now,
+// -infinity without one): the executor prunes the partitions older than it for each key.
+const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(tenant, request_key, since)
+  CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key
+    AND r.created_at >= u.since LIMIT 1) AS r))::int`
 
 // acceptWrite is the write of requests taken as new, of distinct keys: their locks, a check that
 // no partition holds their keys, then their accept_requests rows, before the events and outbox
@@ -501,7 +539,7 @@ type acceptWrite struct {
 }
 
 // newAccepts builds the write of recs, as new requests.
-func newAccepts(ctx context.Context, recs []commands.AcceptRecord) (*acceptWrite, error) {
+func (s *EventStore) newAccepts(ctx context.Context, recs []commands.AcceptRecord) (*acceptWrite, error) {
 	n := len(recs)
 	lockKeys, tenants, keys, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	hashes := make([][]byte, n)
@@ -519,9 +557,10 @@ func newAccepts(ctx context.Context, recs []commands.AcceptRecord) (*acceptWrite
 		outbox = append(outbox, rec.Outbox...)
 	}
 	a := &acceptWrite{lockKeys: lockKeys}
+	since := s.acceptSinces(tenants)
 	w := &a.batch
 	_, _ = w.Exec(ctx, acceptRequestLockAll, lockKeys)
-	_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys)
+	_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys, since)
 	_, _ = w.Exec(ctx, acceptRequestPutMany, tenants, keys, hashes, responses)
 	if err := errors.Join(appendEvents(ctx, w, events), publishOutbox(ctx, w, outbox)); err != nil {
 		return nil, err
@@ -591,7 +630,7 @@ func keyTaken(err error) bool {
 // the database refuse a key that is in flight or recorded; only then does it read the key
 // (recordAcceptChecked), at two more.
 func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord) ([]byte, bool, error) {
-	w, err := newAccepts(ctx, []commands.AcceptRecord{rec})
+	w, err := s.newAccepts(ctx, []commands.AcceptRecord{rec})
 	if err == nil {
 		if err = w.send(ctx, s.pool); err == nil {
 			return rec.Response, false, nil
@@ -619,7 +658,7 @@ func (s *EventStore) recordAcceptChecked(ctx context.Context, rec commands.Accep
 		var getErr error
 		reads := []*pgx.QueuedQuery{
 			{SQL: acceptRequestLock, Arguments: []any{acceptLockKey(rec.Tenant, rec.RequestKey)}},
-			{SQL: acceptRequestGet, Arguments: []any{rec.Tenant, rec.RequestKey}},
+			{SQL: acceptRequestGet, Arguments: []any{rec.Tenant, rec.RequestKey, s.acceptSinces([]string{rec.Tenant})[0]}},
 		}
 		conn, err := beginWith(ctx, s.pool, reads, func(results pgx.BatchResults) error {
 			if err := results.QueryRow().Scan(&locked); err != nil {
@@ -680,7 +719,7 @@ func (s *EventStore) recordAcceptChecked(ctx context.Context, rec commands.Accep
 // RequestLookup returns the stored answer of an accept request, for audit by Idempotency-Key.
 func (s *EventStore) RequestLookup(ctx context.Context, tenant, requestKey string) ([]byte, error) {
 	var hash, response []byte
-	err := s.pool.QueryRow(ctx, acceptRequestGet, tenant, requestKey).Scan(&hash, &response)
+	err := s.pool.QueryRow(ctx, acceptRequestGet, tenant, requestKey, s.acceptSinces([]string{tenant})[0]).Scan(&hash, &response)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, commands.ErrNotFound
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/commands"
@@ -524,16 +525,98 @@ func TestPartitionedReadsPlans(t *testing.T) {
 		"eventsByDelivery":       {postgres.EventsQueries["eventsByDelivery"], []any{id}, "events", 1},
 		"eventsByDeliveryOf":     {postgres.EventsByDeliveryOf, []any{id, "acme"}, "events", 2}, // the stream and its owner's entry
 		"payloadsByNotification": {postgres.PartitionedQueries["payloadsByNotification"], []any{[]string{"n-plan"}, []time.Time{at.Truncate(time.Millisecond)}}, "notification_payloads", 1},
-		"acceptRequestsAbsent":   {postgres.PartitionedQueries["acceptRequestsAbsent"], []any{[]string{"acme"}, []string{"k-plan"}}, "accept_requests", len(parts["accept_requests"])},
+		"acceptRequestsAbsent": {postgres.PartitionedQueries["acceptRequestsAbsent"], []any{[]string{"acme"}, []string{"k-plan"},
+			[]pgtype.Timestamptz{{InfinityModifier: pgtype.NegativeInfinity, Valid: true}}}, "accept_requests", len(parts["accept_requests"])},
 	} {
 		plan := explain(t, b.schema, c.query, c.args...)
 		if got := scans(plan, c.table); got != c.want {
 			t.Errorf("%s scans %d partitions of %s, want %d:\n%s", name, got, c.table, c.want, strings.Join(plan, "\n"))
 		}
 	}
+	// Within an idempotency window, the key's check reads only the partitions the window
+	// reaches (run-time pruning, for each key of the batch).
+	since := parts["accept_requests"][len(parts["accept_requests"])-3].From
+	rows, err := b.schema.Pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+postgres.PartitionedQueries["acceptRequestsAbsent"],
+		[]string{"acme"}, []string{"k-plan"}, []time.Time{since})
+	if err != nil {
+		t.Fatal(err)
+	}
+	analyzed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	executed := 0
+	for _, line := range analyzed {
+		if strings.Contains(line, " on accept_requests_p") && strings.Contains(line, "Scan") && !strings.Contains(line, "never executed") {
+			executed++
+		}
+	}
+	if executed == 0 || executed > 3 {
+		t.Errorf("the key's check within a window from %s ran %d partition scans of %d:\n%s", since, executed, len(parts["accept_requests"]), strings.Join(analyzed, "\n"))
+	}
 	plan := explain(t, b.schema, postgres.EventsQueries["eventsReadLog"], "0", int64(0), 100)
 	text := strings.Join(plan, "\n")
 	if !strings.Contains(text, "Merge Append") || strings.Contains(text, "Sort  (") || scans(plan, "events") != len(parts["events"]) {
 		t.Errorf("the log order's read is not a Merge Append of a scan per partition:\n%s", text)
+	}
+}
+
+// TestAnAcceptKeyOlderThanTheWindowIsANewRequest: with an idempotency window (retention.keep),
+// a repeat within it replays the stored answer; after it, through the single path and through
+// the batcher alike, the same key is a new request (its old answer still stored, not yet
+// dropped), and the lookup answers the newest. A tenant without a window keeps its answers.
+func TestAnAcceptKeyOlderThanTheWindowIsANewRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.store.IdempotencyWindow = func(tenant string) time.Duration {
+		if tenant == "acme" {
+			return 500 * time.Millisecond
+		}
+		return 0
+	}
+	batcher := postgres.NewAcceptBatcher(b.store, 1, 16)
+	defer batcher.Close()
+	for _, store := range []commands.AcceptStore{b.store, batcher} {
+		key := fmt.Sprintf("window-%T", store)
+		first := fanOut(t, "n-"+key, key, `{"n": 1}`, time.Now())
+		if _, replayed, err := store.RecordAccept(ctx, first); err != nil || replayed {
+			t.Fatalf("%T first use: replayed %v, %v", store, replayed, err)
+		}
+		if _, replayed, err := store.RecordAccept(ctx, fanOut(t, "n-"+key, key, `{"n": 1}`, time.Now())); err != nil || !replayed {
+			t.Fatalf("%T repeat within the window: replayed %v, %v", store, replayed, err)
+		}
+		time.Sleep(600 * time.Millisecond)
+		again := fanOut(t, "n-"+key, key, `{"n": 1}`, time.Now())
+		again.Response = []byte(`{"again":true}`)
+		if _, replayed, err := store.RecordAccept(ctx, again); err != nil || replayed {
+			t.Fatalf("%T repeat after the window: replayed %v, %v", store, replayed, err)
+		}
+		got, err := b.store.RequestLookup(ctx, "acme", key)
+		if err != nil || string(got) != `{"again": true}` {
+			t.Fatalf("%T lookup after the window: %s, %v", store, got, err)
+		}
+	}
+	var rows int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*) FROM accept_requests WHERE tenant = 'acme'`).Scan(&rows); err != nil || rows != 4 {
+		t.Fatalf("stored answers: %d (%v), want both of each key", rows, err)
+	}
+	// Without a window (globex), a repeat however late replays.
+	rec := fanOut(t, "n-globex", "window-globex", `{"n": 1}`, time.Now())
+	rec.Tenant = "globex"
+	for i := range rec.Events {
+		rec.Events[i].Tenant = "globex"
+	}
+	if _, _, err := b.store.RecordAccept(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	rec2 := fanOut(t, "n-globex", "window-globex", `{"n": 1}`, time.Now())
+	rec2.Tenant = "globex"
+	for i := range rec2.Events {
+		rec2.Events[i].Tenant = "globex"
+	}
+	if _, replayed, err := b.store.RecordAccept(ctx, rec2); err != nil || !replayed {
+		t.Fatalf("a repeat without a window: replayed %v, %v", replayed, err)
 	}
 }

@@ -182,6 +182,8 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 	a.store = postgres.NewEventStore(a.pool)
+	// The idempotency window is the retention's keep (docs/api.md): an answer older is no answer.
+	a.store.IdempotencyWindow = a.retention.KeepOf
 	a.views = postgres.NewViews(a.pool)
 	// Concurrent accepts' probes share statements, as their commits do.
 	a.probes = postgres.NewBlocksBatcher(postgres.NewSuppressionStore(a.pool), 2)
