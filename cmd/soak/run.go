@@ -462,7 +462,9 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	}
 	checkLog(ctx, v, r.env.pool, ids)
 	want := foldAll(streams)
-	checkAPIStatus(ctx, v, r.api, want, r.histories.archive)
+	if n := checkAPIStatus(ctx, v, r.api, want, r.histories.archive); n > 0 {
+		r.say("API status: %d deliveries answered 410 archived, each checked against its archived history", n)
+	}
 	if r.features.projector {
 		checkStatusView(ctx, v, r.env.pool, want, r.histories.archive, r.features, r.o.Ledger, ledgerEnv(r.env, "status-check", "127.0.0.1:0", r.o), r.say)
 	}

@@ -57,8 +57,8 @@ func foldAll(streams map[string][]domain.Event) map[string]folded {
 // checkAPIStatus compares GET /v1/deliveries/{id} of every delivery with a fresh fold of its
 // stream. A delivery whose history left for the archive (before the checks, or while they run:
 // the retention pass goes on) is answered 410 archived; it must then be in the archive, with the
-// same fold.
-func checkAPIStatus(ctx context.Context, v *verdict, api string, want map[string]folded, a *archiveReader) {
+// same fold. It returns how many were answered archived.
+func checkAPIStatus(ctx context.Context, v *verdict, api string, want map[string]folded, a *archiveReader) (archived int) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	ids := sortedKeys(want)
 	work := make(chan string)
@@ -110,6 +110,7 @@ func checkAPIStatus(ctx context.Context, v *verdict, api string, want map[string
 	if len(diffs) > 0 {
 		v.fail("the API's status differs from a fresh fold for %d deliveries (first: %s)", len(diffs), diffs[0])
 	}
+	return len(gone)
 }
 
 // errArchived: the API answered 410 archived: the delivery's history left the hot store.
@@ -188,7 +189,14 @@ func checkStatusView(ctx context.Context, v *verdict, pool *pgxpool.Pool, want m
 	if len(diffs) > 0 {
 		v.fail("the status view differs from a fresh fold for %d deliveries after %s (first: %s)", len(diffs), viewCatchUp, diffs[0])
 	} else {
-		say("status view: %d rows equal a fresh fold of their streams; %d archived deliveries left with their rows", len(ids)-gone, gone)
+		kept := 0
+		for id := range got {
+			if _, _, archived := a.lookup(id); archived {
+				kept++
+			}
+		}
+		say("status view: %d rows equal a fresh fold of their streams (%d of them of archived deliveries); %d archived deliveries left with their rows",
+			len(ids)-gone, kept, gone)
 	}
 	if !f.verify {
 		return
