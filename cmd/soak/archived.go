@@ -219,3 +219,38 @@ func verifyArchive(ctx context.Context, ledger, dir string) (string, error) {
 	}
 	return lastLine(text), nil
 }
+
+// checkArchivedLog is checkLog's count over the archive: every archived stream answers an
+// accepted request, and no idempotency key appears twice among the archived events (a key names
+// its delivery, so none can be both hot and archived).
+func checkArchivedLog(v *verdict, a *archiveReader, ids map[string]string) {
+	accepted := map[string]bool{}
+	for _, id := range ids {
+		accepted[id] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keys := map[string]int{}
+	extra := 0
+	for id, events := range a.streams {
+		if !accepted[id] {
+			extra++
+			v.example(id, "an archived stream that the API never answered with")
+		}
+		for _, e := range events {
+			keys[e.Key]++
+		}
+	}
+	var dups []string
+	for _, key := range sortedKeys(keys) {
+		if keys[key] > 1 && len(dups) < 10 {
+			dups = append(dups, fmt.Sprintf("%s ×%d", key, keys[key]))
+		}
+	}
+	if extra > 0 {
+		v.fail("%d archived streams were opened that no accepted request answered with (a key accepted twice?)", extra)
+	}
+	if len(dups) > 0 {
+		v.fail("idempotency keys appear more than once across the archive: %s", strings.Join(dups, ", "))
+	}
+}

@@ -133,3 +133,22 @@ func TestArchivedRowsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckArchivedLog: an archived stream no accepted request answered with is named.
+func TestCheckArchivedLog(t *testing.T) {
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	known, stray := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
+	root := archiveWith(t, at.Add(-time.Second), at.Add(time.Second), deliveredWebhook(t, known, "k-known", at), deliveredWebhook(t, stray, "k-stray", at))
+	reader := newArchiveReader(root)
+	if err := reader.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v := &verdict{}
+	checkArchivedLog(v, reader, map[string]string{"k-known": known})
+	if len(v.Failures) != 1 || !strings.Contains(v.Failures[0], "1 archived streams") {
+		t.Errorf("failures = %v, want one naming the stray stream", v.Failures)
+	}
+	if _, ok := v.examples[stray]; !ok {
+		t.Errorf("the stray stream is not among the examples: %v", v.examples)
+	}
+}

@@ -461,6 +461,7 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 		v.fail("replay jobs: %d answered 5xx: %s", n, strings.Join(r.replayer.jobFailures, "; "))
 	}
 	checkLog(ctx, v, r.env.pool, ids)
+	checkArchivedLog(v, r.histories.archive, ids)
 	want := foldAll(streams)
 	if n := checkAPIStatus(ctx, v, r.api, want, r.histories.archive); n > 0 {
 		r.say("API status: %d deliveries answered 410 archived, each checked against its archived history", n)
