@@ -16,16 +16,17 @@ import (
 	"github.com/deliveryledger/ledger/domain"
 )
 
-// Retention as the soak runs it: partitions two seconds wide leave the hot store once their
+// Retention as the soak runs it: partitions a second wide leave the hot store once their
 // deliveries are terminal and ten seconds old, and payload bodies leave after six. The keep is
 // longer than what the soak still does to a settled delivery (a cancel at most a few seconds
 // after its send_at, the replay of a dead webhook, a producer's retry of an unanswered accept),
 // so that archiving changes no answer the checks expect, and short enough that partitions leave,
-// under the kills, all through a short run.
+// under the kills, all through a short run. Narrow partitions leave more often: a partition that
+// holds one unknown outcome (not terminal) stays.
 const (
 	retentionKeep      = 10 * time.Second
 	retentionPayloads  = 6 * time.Second
-	retentionPartition = 2 * time.Second
+	retentionPartition = time.Second
 	// archiveWait bounds the final wait for a delivery found in neither store: a retention pass
 	// between its detach and its manifest holds the partition out of the hot store for a moment
 	// (or attaches it again).
@@ -185,16 +186,23 @@ type retentionVerdict struct {
 	Archived, Hot, Segments, PayloadsExpired int
 }
 
-// checkRetention counts where each delivery was found and the payloads that expired.
+// checkRetention counts where each delivery was found and the payloads that expired, and checks
+// that each archived delivery's history is whole: its events from version 1 (its accept) on, none
+// missing, ending in a terminal state (the pass archives no other).
 func checkRetention(v *verdict, ev evidence) {
 	r := &v.Retention
+	broken := 0
 	for _, id := range ev.ids {
 		events, ok := ev.streams[id]
 		if !ok {
 			continue
 		}
-		if _, archived := ev.archived[id]; archived {
+		if segment, archived := ev.archived[id]; archived {
 			r.Archived++
+			if err := wholeHistory(events); err != nil {
+				broken++
+				v.example(id, fmt.Sprintf("archived in %s: %v", segment, err))
+			}
 		} else {
 			r.Hot++
 		}
@@ -203,6 +211,30 @@ func checkRetention(v *verdict, ev evidence) {
 		}
 	}
 	r.Segments = ev.segments
+	if broken > 0 {
+		v.fail("%d archived deliveries have no whole, terminal history in the archive", broken)
+	}
+}
+
+// wholeHistory says what is wrong with an archived stream: a gap in its versions, a first event
+// that is not the accept, or a last state that is not terminal.
+func wholeHistory(events []domain.Event) error {
+	for i, e := range events {
+		if e.Version != i+1 {
+			return fmt.Errorf("event %d of the stream is version %d", i+1, e.Version)
+		}
+	}
+	if len(events) == 0 || events[0].Type != domain.EventAccepted {
+		return errors.New("the stream does not start with its accept")
+	}
+	d, err := domain.Rehydrate(events)
+	if err != nil {
+		return err
+	}
+	if !d.State().Terminal() {
+		return fmt.Errorf("the stream ends %s, not terminal", d.State())
+	}
+	return nil
 }
 
 // verifyArchive runs `ledger archive verify` on the soak's archive directory and returns its

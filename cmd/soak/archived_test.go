@@ -152,3 +152,28 @@ func TestCheckArchivedLog(t *testing.T) {
 		t.Errorf("the stray stream is not among the examples: %v", v.examples)
 	}
 }
+
+// TestCheckArchivedHistoryIsWhole: an archived stream that lacks its first events, or ends in a
+// state that is not terminal, fails the run.
+func TestCheckArchivedHistoryIsWhole(t *testing.T) {
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	cut, open := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
+	openStream := deliveredWebhook(t, open, "k-open", at)
+	root := archiveWith(t, at.Add(-time.Second), at.Add(time.Second), deliveredWebhook(t, cut, "k-cut", at)[1:], openStream[:len(openStream)-1])
+	reader := newArchiveReader(root)
+	if err := reader.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{cut, open}
+	streams, archived := mergeArchived(nil, reader, ids)
+	v := &verdict{}
+	checkRetention(v, evidence{ids: map[string]string{"k-cut": cut, "k-open": open}, streams: streams, archived: archived})
+	if len(v.Failures) != 1 || !strings.HasPrefix(v.Failures[0], "2 archived deliveries") {
+		t.Errorf("failures = %v, want one naming both archived deliveries", v.Failures)
+	}
+	for _, id := range ids {
+		if _, ok := v.examples[id]; !ok {
+			t.Errorf("%s is not among the examples: %v", id, v.examples)
+		}
+	}
+}
