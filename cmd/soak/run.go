@@ -522,8 +522,8 @@ func (r *runner) report(v *verdict, ev evidence) {
 		o.OptOuts, o.BySuppression, o.ByPreference, webhookRecipients, r.optOutRetries, o.After, o.SuppressedAfter, o.CallsAfter,
 		o.Before, o.BeforeDelivered, o.BeforeSuppressed, o.BeforeUnknown, o.BeforeCancelled)
 	s := v.SMS
-	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d)",
-		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting)
+	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d; suppressed after the provider said an earlier one's number is out of service %d)",
+		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting, o.ByProvider)
 	killed := "the Twilio fake was not killed"
 	if !ev.twilioKilledAt.IsZero() {
 		killed = fmt.Sprintf("the Twilio fake was killed at %.1fs, listing %d messages", ev.twilioKilledAt.Sub(r.started).Seconds(), len(ev.twilioListed))
