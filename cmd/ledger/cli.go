@@ -55,13 +55,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	migrateFS := flag.NewFlagSet("ledger migrate", flag.ContinueOnError)
 	cfg.ConnectionFlags(migrateFS)
 	target := migrateFS.String("to", "latest", "schema version to move to, up or down (a number, or latest)")
+	migrateFS.StringVar(&cfg.ConfigFile, "config", "", "the configuration file `serve` will read: at the latest version, the partitions ahead are created of its retention.partition width (empty: the first process to start creates them)")
 	migrate := &ffcli.Command{
 		Name:       "migrate",
 		ShortUsage: "ledger migrate [flags]",
 		ShortHelp:  "apply the embedded schema migrations (idempotent)",
-		LongHelp:   "Moves the schema to --to (default: the latest version) and prints each step.",
-		FlagSet:    migrateFS,
-		Options:    []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
+		LongHelp: "Moves the schema to --to (default: the latest version) and prints each step. With --config,\n" +
+			"a schema at the latest version gets the time partitions ahead, of the file's retention.partition width.",
+		FlagSet: migrateFS,
+		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},
 		Exec: func(ctx context.Context, _ []string) error {
 			to := -1
 			if *target != "latest" {
@@ -295,5 +297,13 @@ func migrateCommand(ctx context.Context, cfg app.Config, to int, stdout io.Write
 		return err
 	}
 	fmt.Fprintf(stdout, "schema at version %d (%d steps)\n", v, steps)
+	if cfg.ConfigFile == "" || postgres.CheckSchema(ctx, pool) != nil {
+		return nil
+	}
+	created, pc, err := app.EnsureFilePartitions(ctx, pool, cfg, time.Now())
+	if err != nil {
+		return fmt.Errorf("partitions of %s: %w", cfg.ConfigFile, err)
+	}
+	fmt.Fprintf(stdout, "partitions: %d created, %s wide\n", len(created), pc.Width)
 	return nil
 }

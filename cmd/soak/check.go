@@ -22,6 +22,10 @@ const maxExamples = 20
 type evidence struct {
 	// ids maps each accepted Idempotency-Key to its delivery id.
 	ids map[string]string
+	// streams are the histories of the accepted deliveries, from the hot store or, for those
+	// named in archived (with their segment), from the archive; segments counts the archive's.
+	archived map[string]string
+	segments int
 	// unaccepted are keys that never got a 2xx (refused for good, or the run timed out).
 	unaccepted map[string]string
 	streams    map[string][]domain.Event
@@ -63,12 +67,15 @@ type verdict struct {
 	SMS      smsVerdict
 	Schedule scheduleVerdict
 	OptOuts  optOutVerdict
-	Failures []string
+	// Retention is where the deliveries were found, hot or archived.
+	Retention retentionVerdict
+	Failures  []string
 	// examples are delivery ids whose history is printed after the failures.
 	examples map[string]string
 }
 
-// Lost counts accepted deliveries that are missing or did not settle.
+// Lost counts accepted deliveries that are missing (in neither the hot store nor the archive) or
+// did not settle.
 func (v *verdict) Lost() int { return v.Missing + v.Stuck }
 
 // Duplicates counts the duplicate receptions: the webhook sink's, and the SMS that reached a
@@ -190,7 +197,7 @@ func check(ev evidence) *verdict {
 		events, ok := ev.streams[id]
 		if !ok {
 			v.Missing++
-			v.example(id, "missing: accepted, no stream")
+			v.example(id, "missing: accepted, no stream in the hot store or the archive")
 			continue
 		}
 		h, err := readHistory(events)
@@ -203,7 +210,7 @@ func check(ev evidence) *verdict {
 		checkHistory(v, id, accepted[id], h)
 	}
 	if v.Missing > 0 {
-		v.fail("lost: %d accepted deliveries have no stream", v.Missing)
+		v.fail("lost: %d accepted deliveries have no stream in the hot store or the archive", v.Missing)
 	}
 	if v.Stuck > 0 {
 		v.fail("lost: %d accepted deliveries never settled", v.Stuck)
@@ -213,6 +220,7 @@ func check(ev evidence) *verdict {
 	checkSMS(v, ev, histories)
 	checkSchedule(v, ev, histories)
 	checkOptOuts(v, ev, accepted, histories)
+	checkRetention(v, ev)
 	return v
 }
 

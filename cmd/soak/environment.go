@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,8 +45,10 @@ type environment struct {
 	schema string
 	prefix string
 	dir    string
-	// config is the path of the ledger's configuration file (LEDGER_CONFIG), once written.
-	config string
+	// config is the path of the ledger's configuration file (LEDGER_CONFIG), once written;
+	// archive is the retention's archive directory it names.
+	config  string
+	archive string
 	// ledgerURL is the database URL of the ledger processes, checkerURL the soak's own.
 	ledgerURL  string
 	checkerURL string
@@ -90,8 +93,9 @@ func (e *environment) topology() (amqp.Topology, error) {
 	return topo, nil
 }
 
-// setUp creates the database if missing, a fresh schema migrated by `ledger migrate`, a unique
-// queue prefix and a log directory.
+// setUp creates the database if missing, a fresh schema, a unique queue prefix and a log
+// directory (with the archive directory's place in it); migrate migrates the schema once the
+// configuration file is written.
 func setUp(ctx context.Context, o options) (*environment, error) {
 	suffix := randomHex(4)
 	e := &environment{schema: "soak_" + suffix, prefix: "soak-" + suffix, amqpURL: o.AMQPURL, queueType: amqp.QueueClassic, extra: o.Extra}
@@ -123,12 +127,20 @@ func setUp(ctx context.Context, o options) (*environment, error) {
 	if e.pool, err = postgres.Connect(ctx, e.checkerURL, e.schema, 4); err != nil {
 		return e, err
 	}
-	migrate := exec.CommandContext(ctx, o.Ledger, "migrate")
-	migrate.Env = append(os.Environ(), "LEDGER_DATABASE_URL="+e.ledgerURL, "LEDGER_LOG_LEVEL=warn")
-	if out, err := migrate.CombinedOutput(); err != nil {
-		return e, fmt.Errorf("ledger migrate: %w\n%s", err, out)
-	}
+	e.archive = filepath.Join(e.dir, "archive")
 	return e, nil
+}
+
+// migrate runs `ledger migrate` with the ledger's configuration file, which cuts the partitions
+// ahead of its retention.partition width before any process starts.
+func (e *environment) migrate(ctx context.Context, o options) (string, error) {
+	migrate := exec.CommandContext(ctx, o.Ledger, "migrate")
+	migrate.Env = ledgerEnv(e, "migrate", "127.0.0.1:0", options{LogLevel: "warn", Extra: e.extra})
+	out, err := migrate.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ledger migrate: %w\n%s", err, out)
+	}
+	return lastLine(strings.TrimSpace(string(out))), nil
 }
 
 // tearDown drops the schema, deletes the queues and exchanges and removes the logs. With keep

@@ -6,7 +6,9 @@
 // then checks the history: nothing accepted is lost, every delivery has one terminal state (or
 // an unknown outcome with evidence), no SMS still awaits its receipt, every duplicate the webhook
 // receiver or a phone saw is explained, and no delivery accepted after its recipient's opt-out
-// reached the receiver.
+// reached the receiver. Retention runs all the while: partitions a few seconds old leave for
+// the archive under the kills, and a delivery counts wherever its whole history is, in the hot
+// store or in an archived segment (lost: in neither).
 //
 // Its last line is `lost=N duplicates=N unknown=N`; it exits 1 when a check fails. Run it with
 // `make soak` (SOAK_DELIVERIES sets the size) or `go run ./cmd/soak --ledger bin/ledger`.

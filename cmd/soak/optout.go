@@ -172,6 +172,10 @@ type optOutVerdict struct {
 	// Before counts the deliveries to an opted-out recipient accepted before, and how they
 	// ended (cancelled: by the canceller, whose answers checkSchedule checks).
 	Before, BeforeDelivered, BeforeSuppressed, BeforeUnknown, BeforeCancelled int
+	// ByProvider counts the SMS suppressed because an earlier SMS to the same permanent number
+	// died with a code that says the number is out of service (the Twilio fake's 30005): the
+	// ledger's suppression list took the provider's word.
+	ByProvider int
 }
 
 // checkOptOuts checks the opt-outs: each was answered; a delivery accepted after its
@@ -208,6 +212,8 @@ func checkOptOuts(v *verdict, ev evidence, accepted map[string]string, histories
 		}
 		if state == domain.StateSuppressed {
 			switch by := h.d.Suppression(); {
+			case !opted && suppressedByProvider(h, histories):
+				o.ByProvider++
 			case !opted:
 				suppressedUnasked++
 				v.example(id, "suppressed, its recipient never opted out")
@@ -267,4 +273,16 @@ func checkOptOuts(v *verdict, ev evidence, accepted map[string]string, histories
 			v.fail("%d %s", f.n, f.what)
 		}
 	}
+}
+
+// suppressedByProvider says whether h was suppressed by a list entry a provider's answer made:
+// its evidence is an SMS of the run, to the same permanent number, that died.
+func suppressedByProvider(h *history, histories map[string]*history) bool {
+	by := h.d.Suppression()
+	if by == nil || by.By != domain.SuppressedByList || by.Source != domain.SuppressionByProvider || by.Evidence == nil {
+		return false
+	}
+	cause := histories[by.Evidence.DeliveryID]
+	return cause != nil && cause.d.Channel() == h.d.Channel() && cause.d.Recipient() == h.d.Recipient() &&
+		smsFateOf(h.d.Recipient()) == smsPermanent && cause.d.State() == domain.StateDead
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deliveryledger/ledger/adapters/providers/sms"
 	"github.com/deliveryledger/ledger/adapters/providers/webhook"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -174,6 +175,58 @@ func TestOptOutPlan(t *testing.T) {
 	for n := range webhookRecipients {
 		if seen[n] < 20 {
 			t.Errorf("recipient %d gets %d of 2000 deliveries", n, seen[n])
+		}
+	}
+}
+
+// TestCheckOptOutsProviderSuppression: an SMS to a permanent number that an earlier SMS's death
+// put on the suppression list (the provider's word) is explained; one whose evidence is no such
+// death is not.
+func TestCheckOptOutsProviderSuppression(t *testing.T) {
+	now := time.Now()
+	number := permanentNumbers[0]
+	accept := func(id string) (*domain.Delivery, []domain.Event) {
+		d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: soakTenant, Channel: sms.Name, Recipient: number,
+			Payload: []byte(`{}`), Priority: domain.PriorityNormal, MaxAttempts: 5, RequestKey: "k-" + id, Category: soakCategory}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, events
+	}
+	first, events := accept("d1")
+	died := appendSteps(t, events, []func() ([]domain.Event, error){
+		func() ([]domain.Event, error) { return first.Queue(now) },
+		func() ([]domain.Event, error) { return first.StartAttempt(twilioProvider, now) },
+		func() ([]domain.Event, error) {
+			return first.RecordOutcome(1, domain.Outcome{Kind: domain.OutcomePermanent, Provider: twilioProvider, ProviderCode: "30005"}, domain.RetryPolicy{MaxAttempts: 5}, now, 0)
+		},
+	})
+	for _, tc := range []struct {
+		name     string
+		evidence string // the delivery the suppression names
+		want     bool   // explained
+	}{
+		{name: "the earlier SMS died", evidence: "d1", want: true},
+		{name: "no such delivery", evidence: "d9", want: false},
+	} {
+		second, events := accept("d2")
+		block := domain.Block{Suppression: &domain.Suppression{ID: "s1", Tenant: soakTenant, Channel: sms.Name, Recipient: number,
+			Source: domain.SuppressionByProvider, Evidence: domain.SuppressionEvidence{DeliveryID: tc.evidence, EventVersion: 4,
+				Provider: twilioProvider, ProviderCode: "30005"}, CreatedAt: now}}
+		suppressed := appendSteps(t, events, []func() ([]domain.Event, error){func() ([]domain.Event, error) { return second.Suppress(block, now) }})
+		histories := map[string]*history{}
+		for id, stream := range map[string][]domain.Event{"d1": died, "d2": suppressed} {
+			h, err := readHistory(stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			histories[id] = h
+		}
+		v := &verdict{}
+		checkOptOuts(v, evidence{ids: map[string]string{"k-d1": "d1", "k-d2": "d2"}}, map[string]string{"d1": "k-d1", "d2": "k-d2"}, histories)
+		explained := v.OptOuts.ByProvider == 1 && !slices.ContainsFunc(v.Failures, func(f string) bool { return strings.Contains(f, "never opted out") })
+		if explained != tc.want {
+			t.Errorf("%s: explained %v (by provider %d, failures %v), want %v", tc.name, explained, v.OptOuts.ByProvider, v.Failures, tc.want)
 		}
 	}
 }

@@ -48,8 +48,10 @@ type runner struct {
 
 	env      *environment
 	features features
-	sink     *sink
-	api      string
+	// histories loads the deliveries' streams from the hot store and the archive.
+	histories *histories
+	sink      *sink
+	api       string
 	// api2 is the second API process's address (--twice), which the DLQ replays go to.
 	api2      string
 	procs     []*process
@@ -132,7 +134,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		return nil, fmt.Errorf("start the SMS fakes: %w", err)
 	}
 	r.env.config = filepath.Join(r.env.dir, "ledger.yaml")
-	if err := writeConfig(r.env.config, addr, r.fakes); err != nil {
+	if err := writeConfig(r.env.config, addr, r.env.archive, r.fakes); err != nil {
 		return nil, fmt.Errorf("write the configuration file: %w", err)
 	}
 	described, err := checkConfig(ctx, r.o.Ledger, r.env.config, ledgerEnv(r.env, "config-check", addr, r.o))
@@ -140,6 +142,13 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		return nil, err
 	}
 	r.say("SMS over the Twilio fake on %s, then the Vonage fake on %s; ledger config check %s", r.fakes.twilioAddr, r.fakes.vonageAddr, lastLine(described))
+	migrated, err := r.env.migrate(ctx, r.o)
+	if err != nil {
+		return nil, err
+	}
+	r.say("retention: keep %s, payloads %s, partitions %s wide, archive in %s; ledger migrate: %s",
+		retentionKeep, retentionPayloads, retentionPartition, r.env.archive, migrated)
+	r.histories = &histories{store: postgres.NewEventStore(r.env.pool), archive: newArchiveReader(r.env.archive)}
 
 	roles := [][2]string{{"api", "api"}, {"relay", "relay"}, {"worker-1", "worker"}, {"worker-2", "worker"}, {"reconciler", "reconciler"}}
 	if r.o.Twice {
@@ -185,7 +194,7 @@ func (r *runner) soak(parent context.Context) (*verdict, error) {
 		replayAPI = r.api2
 	}
 
-	r.tracker = newTracker(postgres.NewEventStore(r.env.pool))
+	r.tracker = newTracker(r.histories)
 	r.replayer = newReplayer(replayAPI)
 	r.replaying = r.replayer.supported(ctx)
 	r.tracker.replaying = r.replaying
@@ -433,14 +442,14 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 	for _, id := range ids {
 		idList = append(idList, id)
 	}
-	streams, err := loadStreams(ctx, postgres.NewEventStore(r.env.pool), idList)
+	streams, archived, err := r.histories.loadSettled(ctx, idList)
 	if err != nil {
 		return nil, err
 	}
 	incidents, chaosFailures := r.chaos.snapshot()
 	ev := evidence{ids: ids, unaccepted: unaccepted, streams: streams, calls: r.sink.Calls(), incidents: incidents, replaying: r.replaying,
 		sends: sends, twilioListed: r.fakes.listed, twilioKilledAt: r.fakes.killedAt, cancels: r.cancels,
-		optOuts: r.optOuts, sentAt: r.producer.sentTimes()}
+		optOuts: r.optOuts, sentAt: r.producer.sentTimes(), archived: archived, segments: len(r.histories.archive.manifests())}
 	v := check(ev)
 	for _, f := range chaosFailures {
 		v.fail("chaos: %s", f)
@@ -452,12 +461,21 @@ func (r *runner) finish(ctx context.Context) (*verdict, error) {
 		v.fail("replay jobs: %d answered 5xx: %s", n, strings.Join(r.replayer.jobFailures, "; "))
 	}
 	checkLog(ctx, v, r.env.pool, ids)
+	checkArchivedLog(v, r.histories.archive, ids)
 	want := foldAll(streams)
-	checkAPIStatus(ctx, v, r.api, want)
+	if n := checkAPIStatus(ctx, v, r.api, want, r.histories.archive); n > 0 {
+		r.say("API status: %d deliveries answered 410 archived, each checked against its archived history", n)
+	}
 	if r.features.projector {
-		checkStatusView(ctx, v, r.env.pool, want, r.features, r.o.Ledger, ledgerEnv(r.env, "status-check", "127.0.0.1:0", r.o), r.say)
+		checkStatusView(ctx, v, r.env.pool, want, r.histories.archive, r.features, r.o.Ledger, ledgerEnv(r.env, "status-check", "127.0.0.1:0", r.o), r.say)
 	}
 	r.stop(append(api, projector...))
+	// Every process is stopped: no retention pass writes a segment any more.
+	if verified, err := verifyArchive(ctx, r.o.Ledger, r.env.archive); err != nil {
+		v.fail("%v", err)
+	} else {
+		r.say("ledger archive verify: %s", verified)
+	}
 	if err := r.sink.save(filepath.Join(r.env.dir, "sink.csv")); err != nil {
 		r.say("save the sink's record: %v", err)
 	}
@@ -504,8 +522,8 @@ func (r *runner) report(v *verdict, ev evidence) {
 		o.OptOuts, o.BySuppression, o.ByPreference, webhookRecipients, r.optOutRetries, o.After, o.SuppressedAfter, o.CallsAfter,
 		o.Before, o.BeforeDelivered, o.BeforeSuppressed, o.BeforeUnknown, o.BeforeCancelled)
 	s := v.SMS
-	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d)",
-		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting)
+	r.say("sms: delivered=%d dead=%d unknown=%d failed_over=%d (of %d SMS; unknown: call unanswered %d, worker stopped mid-call %d, no receipt in time %d; still awaiting a receipt %d; suppressed after the provider said an earlier one's number is out of service %d)",
+		s.Delivered, s.Dead, s.Unknown, s.FailedOver, s.Deliveries, s.UnknownCall, s.UnknownStopped, s.UnknownNoReceipt, s.Awaiting, o.ByProvider)
 	killed := "the Twilio fake was not killed"
 	if !ev.twilioKilledAt.IsZero() {
 		killed = fmt.Sprintf("the Twilio fake was killed at %.1fs, listing %d messages", ev.twilioKilledAt.Sub(r.started).Seconds(), len(ev.twilioListed))
@@ -517,6 +535,9 @@ func (r *runner) report(v *verdict, ev evidence) {
 			v.Gone, v.Replayed, r.replayer.failures.Load(), r.replayer.jobsStarted.Load(), r.replayer.jobsUnavailable.Load())
 	}
 	r.say("%s", r.storm.summary())
+	rv := v.Retention
+	r.say("retention: archived=%d segments=%d hot=%d payloads_expired=%d (deliveries counted from the archive, its segments, deliveries counted from the hot store, deliveries whose payload body expired)",
+		rv.Archived, rv.Segments, rv.Hot, rv.PayloadsExpired)
 	r.say("duplicates: %d (webhooks: same attempt called again %d, delivery resent after a 200 %d; explained by unknown %d, by a redelivery after a kill %d, unexplained %d; SMS again to a phone %d)",
 		v.Duplicates(), v.SameAttemptCalls, v.ResentAfterSuccess, v.ByUnknown, v.ByKill, v.Unexplained, v.SMS.Duplicates)
 	if !r.features.verify {

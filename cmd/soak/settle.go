@@ -28,9 +28,10 @@ func (t *tracker) settled(id string) bool {
 	return false
 }
 
-// tracker follows the accepted deliveries by folding their streams from the events table.
+// tracker follows the accepted deliveries by folding their streams from the events table, or
+// from the archive once retention moved them there.
 type tracker struct {
-	store *postgres.EventStore
+	histories *histories
 	// states is the last folded state of each delivery seen so far, channels its channel.
 	states   map[string]domain.State
 	channels map[string]string
@@ -40,8 +41,8 @@ type tracker struct {
 	replaying bool
 }
 
-func newTracker(store *postgres.EventStore) *tracker {
-	return &tracker{store: store, states: map[string]domain.State{}, channels: map[string]string{}, changed: time.Now()}
+func newTracker(h *histories) *tracker {
+	return &tracker{histories: h, states: map[string]domain.State{}, channels: map[string]string{}, changed: time.Now()}
 }
 
 // refresh folds the streams of the given deliveries that have not settled yet (all of them when
@@ -53,7 +54,7 @@ func (t *tracker) refresh(ctx context.Context, ids []string, all bool) (int, err
 			load = append(load, id)
 		}
 	}
-	streams, err := loadStreams(ctx, t.store, load)
+	streams, _, err := t.histories.load(ctx, load)
 	if err != nil {
 		return 0, err
 	}

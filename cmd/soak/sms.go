@@ -218,14 +218,16 @@ func waitListening(ctx context.Context, addr string) error {
 
 // writeConfig writes the ledger's configuration file: the webhook channel as the soak has always
 // run it, and the sms channel over the Twilio fake, then the Vonage fake. The file's webhook
-// timeout is the soak's; LEDGER_WEBHOOK_TIMEOUT, set explicitly, would win over it anyway.
-func writeConfig(path, api string, f *smsFakes) error {
+// timeout is the soak's; LEDGER_WEBHOOK_TIMEOUT, set explicitly, would win over it anyway. Its
+// retention archives partitions into archiveDir and expires payloads during the run.
+func writeConfig(path, api, archiveDir string, f *smsFakes) error {
 	schedule := make([]string, len(smsSchedule))
 	for i, d := range smsSchedule {
 		schedule[i] = d.String()
 	}
 	file := fmt.Sprintf(`# Written by the soak for one run.
 public_url: http://%s
+retention: {keep: %s, payloads: %s, partition: %s, archive_dir: %q}
 channels:
   webhook: {providers: [webhook]}
   %s: {providers: [%s, %s], retry: {schedule: [%s]}}
@@ -236,7 +238,7 @@ providers:
   webhook: {type: webhook, timeout: %s}
   %s: {type: twilio, base_url: "http://%s", account_sid: %s, auth_token_env: %s, from: "%s", timeout: %s, receipt_timeout: %s, receipt_max_wait: %s, breaker: {failures: %d, cooldown: %s}}
   %s: {type: vonage, base_url: "http://%s", api_key: %s, api_secret_env: %s, callback_token_env: %s, from: Ledger, timeout: %s, receipt_timeout: %s, receipt_max_wait: %s}
-`, api, sms.Name, twilioProvider, vonageProvider, strings.Join(schedule, ", "), soakCategory, webhookTimeout,
+`, api, retentionKeep, retentionPayloads, retentionPartition, archiveDir, sms.Name, twilioProvider, vonageProvider, strings.Join(schedule, ", "), soakCategory, webhookTimeout,
 		twilioProvider, f.twilioAddr, smsAccountSID, twilioTokenVar, smsFrom, smsTimeout, receiptTimeout, receiptMaxWait,
 		breakerFailures, breakerCooldown,
 		vonageProvider, f.vonageAddr, smsAPIKey, vonageSecretVar, vonageCallbackVar, smsTimeout, receiptTimeout, receiptMaxWait)

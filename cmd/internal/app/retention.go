@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/deliveryledger/ledger/adapters/archive"
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/retention"
@@ -81,4 +83,18 @@ func (a *App) retentionInterval() time.Duration {
 		}
 	}
 	return min(max(d/4, time.Second), 5*time.Minute)
+}
+
+// EnsureFilePartitions creates the partitions of the configuration file's retention.partition
+// width, ahead of now, for `ledger migrate --config FILE`: a schema migrated for a ledger that
+// cuts partitions seconds wide (a soak, a test) gets them at once, not the width of whatever
+// process starts first. It reads the file as `serve` does.
+func EnsureFilePartitions(ctx context.Context, pool *pgxpool.Pool, cfg Config, now time.Time) ([]postgres.Partition, postgres.PartitionConfig, error) {
+	file, err := cfg.loadFile()
+	if err != nil {
+		return nil, postgres.PartitionConfig{}, err
+	}
+	pc := postgres.PartitionConfig{Width: file.Retention.PartitionWidth()}
+	created, err := postgres.EnsurePartitions(ctx, pool, pc, now)
+	return created, pc, err
 }
