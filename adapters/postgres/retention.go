@@ -221,15 +221,17 @@ func (s *RetentionStore) Events(ctx context.Context, p retention.Partition, emit
 }
 
 // Counters sums what leaves with the partition per (tenant, channel, state): the deliveries
-// that end there (their latest event that says a state) and every transition into it.
-func (s *RetentionStore) Counters(ctx context.Context, p retention.Partition, states func(domain.EventType) (domain.State, bool)) ([]retention.Counter, error) {
+// that end there (their latest event that says a state) and every transition into it (an event
+// of a type in keeping is none).
+func (s *RetentionStore) Counters(ctx context.Context, p retention.Partition, states func(domain.EventType) (domain.State, bool), keeping []domain.EventType) ([]retention.Counter, error) {
 	name := pgx.Identifier{p.Name}.Sanitize()
 	q := `WITH acc AS (SELECT delivery_id, tenant, data->>'channel' AS channel FROM ` + name + ` WHERE version = 1),
 last AS (SELECT DISTINCT ON (delivery_id) delivery_id, type FROM ` + name + ` WHERE type <> $1 ORDER BY delivery_id, version DESC)
-SELECT a.tenant, a.channel, e.type, count(*), 0::bigint FROM ` + name + ` e JOIN acc a USING (delivery_id) WHERE e.type <> $1 GROUP BY 1, 2, 3
+SELECT a.tenant, a.channel, e.type, count(*), 0::bigint FROM ` + name + ` e JOIN acc a USING (delivery_id)
+WHERE e.type <> $1 AND e.type <> ALL ($2::text[]) GROUP BY 1, 2, 3
 UNION ALL
 SELECT a.tenant, a.channel, l.type, 0::bigint, count(*) FROM last l JOIN acc a USING (delivery_id) GROUP BY 1, 2, 3`
-	rows, err := s.pool.Query(ctx, q, string(domain.EventReceiptRecorded))
+	rows, err := s.pool.Query(ctx, q, string(domain.EventReceiptRecorded), typeNames(keeping))
 	if err != nil {
 		return nil, fmt.Errorf("count partition %s: %w", p.Name, err)
 	}
