@@ -93,8 +93,13 @@ func partitionOfName(table, name string) (Partition, bool) {
 	return p, true
 }
 
-// retentionLockID keeps retention passes of several processes apart.
-const retentionLockID = 7401527
+// The retention lock keeps retention passes of several processes apart. It is named after the
+// schema, as the rebuild lock is: the ledgers (and the tests) of other schemas of the database
+// have partitions of their own, and a pass of one must not make another's skip its round.
+const (
+	retentionLock   = `SELECT pg_try_advisory_lock(hashtextextended(current_schema() || '/retention', 0))`
+	retentionUnlock = `SELECT pg_advisory_unlock(hashtextextended(current_schema() || '/retention', 0))`
+)
 
 // Exclusive runs fn holding the retention lock, on a connection of its own, or reports false.
 func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, error) {
@@ -104,10 +109,10 @@ func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, 
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, retentionLockID).Scan(&got); err != nil || !got {
+	if err := conn.QueryRow(ctx, retentionLock).Scan(&got); err != nil || !got {
 		return false, err
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, retentionLockID) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), retentionUnlock) //nolint:errcheck
 	return true, fn()
 }
 
