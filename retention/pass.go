@@ -49,7 +49,8 @@ type Store interface {
 	// end a delivery.
 	Tenants(ctx context.Context, p Partition, terminal []domain.EventType) ([]TenantCount, error)
 	// Begin records that p is leaving (its segment 'archiving', with its tenants): from then
-	// on a read of one of its deliveries answers archived.
+	// on a read of one of its deliveries answers archived. It fails with ErrRebuilding while a
+	// rebuild of the counters is in progress.
 	Begin(ctx context.Context, p Partition, tenants []string) error
 	// Detach takes p out of the history, waiting for the transactions that may use it: no write
 	// enters it after. A partition already detached is left as it is.
@@ -131,6 +132,10 @@ type Pass struct {
 
 // ErrCheckFailed: what the archive holds is not what the partition held; nothing was dropped.
 var ErrCheckFailed = errors.New("archive check failed")
+
+// ErrRebuilding: a rebuild of the whole-life counters is in progress (or was left unfinished);
+// no partition leaves until its switch, or the rebuild would lose what left under it.
+var ErrRebuilding = errors.New("a rebuild of the counters is in progress")
 
 // Round runs one pass over the partitions, unless another process is running one, and returns
 // how many left.
@@ -302,6 +307,13 @@ func (p *Pass) leave(ctx context.Context, part Partition, terminal []domain.Even
 	}
 	slices.Sort(tenants)
 	if err := p.Store.Begin(ctx, part, tenants); err != nil {
+		if errors.Is(err, ErrRebuilding) {
+			if p.Logger != nil {
+				p.Logger.Warn("partition held while the counters are rebuilt (resume or restart a rebuild left unfinished)",
+					"partition", part.Name)
+			}
+			return false, nil
+		}
 		return false, err
 	}
 	if err := p.Store.Detach(ctx, part); err != nil {

@@ -147,9 +147,30 @@ func typeNames(ts []domain.EventType) []string {
 const segmentBegin = `INSERT INTO archive_segments (id, state, from_at, to_at, tenants) VALUES ($1, 'archiving', $2, $3, $4)
 ON CONFLICT (id) DO UPDATE SET tenants = EXCLUDED.tenants WHERE archive_segments.state = 'archiving'`
 
-// Begin records the partition's segment as archiving.
+// countersRebuildGet finds a rebuild of the counters in progress (its shadow's checkpoint, from
+// its start to its switch, or left by an interrupted one).
+const countersRebuildGet = `SELECT EXISTS (SELECT 1 FROM projection_checkpoints WHERE name = $1)`
+
+// Begin records the partition's segment as archiving, unless a rebuild of the counters is in
+// progress: its shadow was seeded with the segments archived before it started and folds the
+// log from its start, so a partition leaving under it would leave some of its events folded
+// and none of its counts. The segments' lock (views.go) orders the two.
 func (s *RetentionStore) Begin(ctx context.Context, p retention.Partition, tenants []string) error {
-	if _, err := s.pool.Exec(ctx, segmentBegin, p.Name, nullTime(p.From), p.To, tenants); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, segmentsLock); err != nil {
+			return err
+		}
+		var rebuilding bool
+		if err := tx.QueryRow(ctx, countersRebuildGet, projections.NameCounters+".rebuild").Scan(&rebuilding); err != nil {
+			return err
+		}
+		if rebuilding {
+			return retention.ErrRebuilding
+		}
+		_, err := tx.Exec(ctx, segmentBegin, p.Name, nullTime(p.From), p.To, tenants)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("begin segment %s: %w", p.Name, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -344,4 +345,62 @@ func TestRebuildSwitchDropsShadowPartitionsRetentionDropped(t *testing.T) {
 		t.Fatalf("%d tables named after the shadow are left", n)
 	}
 	b.verify(t, projections.NameStatus, projections.NameCounters)
+}
+
+// TestCountersRebuildAndRetentionTakeTurns: a partition does not leave while the counters are
+// rebuilt (their shadow folds the log from its start and was seeded with the segments archived
+// before it), it leaves after the switch, and the counters stay whole-life; a rebuild or a
+// verify of the counters refuses, busy, while a segment is archiving.
+func TestCountersRebuildAndRetentionTakeTurns(t *testing.T) {
+	t.Parallel()
+	b := setupRetainedViews(t)
+	ctx := context.Background()
+	b.delivery(t, 0, "acme", "webhook", "delivered")
+	b.delivery(t, 0, "acme", "sms", "dead")
+	b.delivery(t, 1, "globex", "webhook", "retrying") // holds partition 1
+	b.catchUp(t)
+	before := b.counters(t)
+
+	tried := false
+	b.rebuild(t, projections.NameCounters, projections.RebuildConfig{BatchSize: 2, Progress: func(pr projections.RebuildProgress) {
+		if tried || pr.Phase != projections.PhaseBuilding {
+			return
+		}
+		tried = true
+		// Rounds until one ran here (another test's pass may hold the cluster-wide lock).
+		poll(t, 30*time.Second, "a round held by the rebuild", func() (bool, error) {
+			var held observed
+			b.pass.Observer = &held
+			defer func() { b.pass.Observer = nil }()
+			if _, err := b.pass.Round(ctx); err != nil {
+				return false, err
+			}
+			return held.held > 0, nil
+		})
+		if !b.exists(t, "events"+b.partition(0)) {
+			t.Errorf("events%s left while the counters were rebuilt", b.partition(0))
+		}
+	}})
+	if !tried {
+		t.Fatal("the rebuild reported no building phase")
+	}
+	b.archive(t, 1)
+	if b.exists(t, "events"+b.partition(0)) {
+		t.Fatalf("events%s stays after the rebuild", b.partition(0))
+	}
+	if got := b.counters(t); !slices.Equal(got, before) {
+		t.Fatalf("counters:\n%+v\nwant\n%+v", got, before)
+	}
+	b.verify(t, projections.NameCounters)
+
+	// A segment archiving: its events are out of the log, its counts not recorded yet.
+	if _, err := b.db.Pool.Exec(ctx, `INSERT INTO archive_segments (id, state, to_at, tenants) VALUES ('events_p0_1', 'archiving', '1970-01-01 00:00:01Z', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projections.Verify(ctx, b.views, projections.CountersProjection{}); !errors.Is(err, projections.ErrBusy) {
+		t.Fatalf("verify while a segment is archiving: %v, want busy", err)
+	}
+	if _, err := projections.Rebuild(ctx, b.views, b.store, projections.CountersProjection{}, projections.RebuildConfig{Restart: true}); !errors.Is(err, projections.ErrBusy) {
+		t.Fatalf("rebuild while a segment is archiving: %v, want busy", err)
+	}
 }

@@ -256,6 +256,12 @@ func segmentHolding(id string) string {
 
 // Statements on the archive segments, for the whole-life counters.
 const (
+	// segmentsLock keeps a counters rebuild's seed and a retention pass's start of a segment
+	// apart (retention.go, segmentBegin): either the seed sees the segment archiving and
+	// refuses, or the pass sees the rebuild's shadow and holds the partition. A partition that
+	// left while the shadow's catch-up was under way would leave some of its events folded in
+	// the shadow and none of its counts.
+	segmentsLock = `SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/archive_segments', 0))`
 	// segmentArchivingGet finds a segment a retention pass is moving: its events have left the
 	// log (or are about to) and its counts are not recorded yet.
 	segmentArchivingGet = `SELECT id FROM archive_segments WHERE state = 'archiving' ORDER BY to_at LIMIT 1`
@@ -572,8 +578,13 @@ func (t viewTx) CountersAdd(ctx context.Context, table string, rows []projection
 	return err
 }
 
-// ArchivedCounters implements projections.Tx.
+// ArchivedCounters implements projections.Tx. It takes the segments' lock to the end of the
+// transaction, the one that starts a counters rebuild's shadow: a retention pass then holds its
+// partitions until the rebuild's switch (segmentsLock).
 func (t viewTx) ArchivedCounters(ctx context.Context) ([]projections.CountRow, error) {
+	if _, err := t.tx.Exec(ctx, segmentsLock); err != nil {
+		return nil, fmt.Errorf("archived counters: %w", err)
+	}
 	return archivedCounters(ctx, t.tx)
 }
 
