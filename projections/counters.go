@@ -193,8 +193,24 @@ func sortCountKeys(keys []countKey) {
 	slices.SortFunc(keys, less)
 }
 
-// Verify implements Projection: it folds every stream into counts, then compares them with the
-// view's rows.
+// Seed implements seeder: a rebuild's shadow starts from the counts of the archived segments,
+// whose events the log no longer holds, so the rebuilt counters stay whole-life.
+func (CountersProjection) Seed(ctx context.Context, tx Tx, table string) error {
+	rows, err := tx.ArchivedCounters(ctx)
+	if err != nil {
+		return fmt.Errorf("read archived counters: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := tx.CountersAdd(ctx, table, rows); err != nil {
+		return fmt.Errorf("seed counters: %w", err)
+	}
+	return nil
+}
+
+// Verify implements Projection: it folds every stream into counts, adds what the archived
+// segments took with them, then compares the sums with the view's rows.
 func (CountersProjection) Verify(ctx context.Context, snap Snapshot, table string, upTo LogPosition, report func(Difference)) error {
 	streams, err := openStreams(ctx, snap, upTo)
 	if err != nil {
@@ -209,6 +225,14 @@ func (CountersProjection) Verify(ctx context.Context, snap Snapshot, table strin
 		}
 		d.deliveries += deliveries
 		d.entered += entered
+	}
+	// The counters are whole-life: what left for the archive stays counted.
+	archived, err := snap.ArchivedCounters(ctx)
+	if err != nil {
+		return fmt.Errorf("read archived counters: %w", err)
+	}
+	for _, r := range archived {
+		bump(countKey{r.Tenant, r.Channel, r.State}, r.Deliveries, r.Entered)
 	}
 	for {
 		s, err := streams.next(ctx)

@@ -52,6 +52,13 @@ type Projection interface {
 	Verify(ctx context.Context, snap Snapshot, table string, upTo LogPosition, report func(Difference)) error
 }
 
+// seeder is a Projection whose view does not follow from the log alone (the whole-life counters,
+// once partitions left for the archive): a rebuild writes Seed's rows into its fresh shadow, in
+// the transaction that starts it, before the catch-up folds the log on top.
+type seeder interface {
+	Seed(ctx context.Context, tx Tx, table string) error
+}
+
 // All returns the projections the projector runs, in a fixed order.
 func All() []Projection {
 	return []Projection{StatusProjection{}, DLQProjection{}, CountersProjection{}}

@@ -92,7 +92,9 @@ func ShadowTable(table string) string { return table + "_rebuild" }
 // switches atomically:
 //
 //  1. The shadow (TABLE_rebuild) is created LIKE the live table, so it has the columns the
-//     migrations gave the live one, with a checkpoint of its own (NAME.rebuild) at zero.
+//     migrations gave the live one, with a checkpoint of its own (NAME.rebuild) at zero. A
+//     projection whose view does not follow from the log alone seeds it (the counters: what
+//     the archived segments took with them).
 //  2. Batches fold the log into the shadow, each in its own short transaction with the shadow's
 //     checkpoint, so a killed rebuild resumes where it stopped, and no long transaction holds
 //     back the other followers of the log.
@@ -208,6 +210,11 @@ func (r *rebuild) prepare(ctx context.Context) error {
 		if err := tx.ShadowCreate(ctx, r.p.Table(), r.shadowTable); err != nil {
 			return fmt.Errorf("create shadow %s: %w", r.shadowTable, err)
 		}
+		if s, ok := r.p.(seeder); ok {
+			if err := s.Seed(ctx, tx, r.shadowTable); err != nil {
+				return err
+			}
+		}
 		return tx.CheckpointReset(ctx, r.shadowName, r.p.Version())
 	})
 }
@@ -317,10 +324,19 @@ func (r *rebuild) switchOver(ctx context.Context) error {
 			at = batch[len(batch)-1].At
 			applied += int64(len(batch))
 		}
-		// The log only grows below the oldest running transaction, so the loop above brought the
-		// shadow at least as far as the live view got; a view must never move backwards.
+		// The log only grows below the oldest running transaction, so the loop above, which read
+		// it to its end, brought the shadow at least as far as the live view got, but for the
+		// events that have left it since the live view applied them: a retention pass dropped the
+		// partition of the latest ones. The shadow then takes the live position, with nothing
+		// left between the two to apply: a view must never move backwards (a reader waiting for
+		// a position it was given would wait for ever).
 		if logBefore(at, liveCP.At) {
-			return fmt.Errorf("shadow at %s is behind the live view at %s", at, liveCP.At)
+			if err := tx.CheckpointAdvance(ctx, r.shadowName, LoggedEvent{At: liveCP.At}, 0, r.p.Version()); err != nil {
+				return err
+			}
+			r.cfg.Logger.Info("the latest events the live view applied have left the log; the rebuilt view keeps its position",
+				"projection", r.p.Name(), "shadow", at.String(), "live", liveCP.At.String())
+			at = liveCP.At
 		}
 		// Readers wait from here to the commit only: the catch-up above did not block them.
 		if err := tx.ShadowSwitch(ctx, r.p.Table(), r.shadowTable); err != nil {

@@ -72,7 +72,8 @@ type Tx interface {
 	// projectors, or a projector and a rebuild's switch, take turns on it.
 	CheckpointLock(ctx context.Context, name string) (Checkpoint, error)
 	// CheckpointAdvance moves name's checkpoint to last (the batch's last event), adds events to
-	// its count and records version as the code that built it.
+	// its count and records version as the code that built it. A zero last.RecordedAt keeps the
+	// recorded time of the event applied before (a position moved past events that left the log).
 	CheckpointAdvance(ctx context.Context, name string, last LoggedEvent, events int, version int) error
 	// CheckpointReset puts name's checkpoint (created if need be) back at the start, at version.
 	CheckpointReset(ctx context.Context, name string, version int) error
@@ -116,6 +117,11 @@ type Tx interface {
 
 	// CountersAdd adds each row's Deliveries and Entered to table's counts of its key.
 	CountersAdd(ctx context.Context, table string, rows []CountRow) error
+	// ArchivedCounters sums, per key, the counts the archived segments took with them: a
+	// rebuild of the whole-life counters starts from them, since their events are no longer in
+	// the log. It fails with ErrBusy while a segment is archiving (its events have left the log
+	// and its counts are not recorded yet).
+	ArchivedCounters(ctx context.Context) ([]CountRow, error)
 }
 
 // ContextEvent is an event of a stream, reduced to what the counters need of it.
@@ -128,18 +134,29 @@ type ContextEvent struct {
 }
 
 // Snapshot is a read-only snapshot of a view and the log, for Verify.
+//
+// The log holds the hot window only: the retention pass moves old partitions to the archive. A
+// view's rows of the deliveries that left are outside the comparison (the lists leave them out),
+// and the whole-life counters are compared with the log's fold plus what the archived segments
+// took with them (ArchivedCounters).
 type Snapshot interface {
 	// Position reads name's checkpoint and lag as the snapshot sees them.
 	Position(ctx context.Context, name string) (ViewPosition, error)
-	// StatusRowsList returns table's rows in delivery id order.
+	// StatusRowsList returns table's rows in delivery id order, but those of deliveries in an
+	// archived (or archiving) segment's range: the view may keep them a while after their events
+	// left (its partitions leave once no older partition of the log stays).
 	StatusRowsList(ctx context.Context, table string) (Rows[StatusRow], error)
-	// DLQRowsList returns table's rows in delivery id order.
+	// DLQRowsList returns table's rows in delivery id order, but those of deliveries in an
+	// archived (or archiving) segment's range, as StatusRowsList.
 	DLQRowsList(ctx context.Context, table string) (Rows[DLQRow], error)
 	// StreamsUpTo returns every event at or before upTo, ordered by delivery id (the order of
 	// StatusRowsList and DLQRowsList) and version.
 	StreamsUpTo(ctx context.Context, upTo LogPosition) (Rows[domain.Event], error)
 	// CountersList returns table's rows.
 	CountersList(ctx context.Context, table string) ([]CountRow, error)
+	// ArchivedCounters is Tx.ArchivedCounters as the snapshot sees the segments (ErrBusy while
+	// one is archiving: no fold could be compared then).
+	ArchivedCounters(ctx context.Context) ([]CountRow, error)
 }
 
 // Rows is a result read as it is consumed: a view and the log are walked side by side, and

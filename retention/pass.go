@@ -49,7 +49,8 @@ type Store interface {
 	// end a delivery.
 	Tenants(ctx context.Context, p Partition, terminal []domain.EventType) ([]TenantCount, error)
 	// Begin records that p is leaving (its segment 'archiving', with its tenants): from then
-	// on a read of one of its deliveries answers archived.
+	// on a read of one of its deliveries answers archived. It fails with ErrRebuilding while a
+	// rebuild of the counters is in progress.
 	Begin(ctx context.Context, p Partition, tenants []string) error
 	// Detach takes p out of the history, waiting for the transactions that may use it: no write
 	// enters it after. A partition already detached is left as it is.
@@ -58,8 +59,10 @@ type Store interface {
 	Reattach(ctx context.Context, p Partition) error
 	// Events calls emit for each event of the detached p, in log order, with its payload.
 	Events(ctx context.Context, p Partition, emit func(projections.LoggedEvent) error) error
-	// Counters sums what leaves with p per (tenant, channel, state).
-	Counters(ctx context.Context, p Partition, states func(domain.EventType) (domain.State, bool)) ([]Counter, error)
+	// Counters sums what leaves with p per (tenant, channel, state): states gives the state an
+	// event type leads to; an event of a type in keeping (a deferral, a failover...) leaves the
+	// delivery in its state and is no transition into it, as the counters view counts.
+	Counters(ctx context.Context, p Partition, states func(domain.EventType) (domain.State, bool), keeping []domain.EventType) ([]Counter, error)
 	// Exclusive runs fn while no other process runs a pass (an advisory lock), and reports
 	// false without running it when another holds the lock: two passes must not write one
 	// segment at once.
@@ -129,6 +132,10 @@ type Pass struct {
 
 // ErrCheckFailed: what the archive holds is not what the partition held; nothing was dropped.
 var ErrCheckFailed = errors.New("archive check failed")
+
+// ErrRebuilding: a rebuild of the whole-life counters is in progress (or was left unfinished);
+// no partition leaves until its switch, or the rebuild would lose what left under it.
+var ErrRebuilding = errors.New("a rebuild of the counters is in progress")
 
 // Round runs one pass over the partitions, unless another process is running one, and returns
 // how many left.
@@ -300,6 +307,13 @@ func (p *Pass) leave(ctx context.Context, part Partition, terminal []domain.Even
 	}
 	slices.Sort(tenants)
 	if err := p.Store.Begin(ctx, part, tenants); err != nil {
+		if errors.Is(err, ErrRebuilding) {
+			if p.Logger != nil {
+				p.Logger.Warn("partition held while the counters are rebuilt (resume or restart a rebuild left unfinished)",
+					"partition", part.Name)
+			}
+			return false, nil
+		}
 		return false, err
 	}
 	if err := p.Store.Detach(ctx, part); err != nil {
@@ -349,7 +363,7 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 	counters, err := p.Store.Counters(ctx, part, func(t domain.EventType) (domain.State, bool) {
 		s, err := projections.StateAfter(t)
 		return s, err == nil
-	})
+	}, keepingTypes())
 	if err != nil {
 		return false, err
 	}
@@ -371,6 +385,29 @@ func terminalTypes() []domain.EventType {
 	var out []domain.EventType
 	for _, t := range domain.EventTypes {
 		if s, err := projections.StateAfter(t); err == nil && !domain.Preserving(t) && s.Terminal() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// keepingTypes are the event types that leave a delivery in the state it is in, from every state
+// that allows them (a deferral keeps it queued, a failover or a provider's acceptance processing,
+// a receipt where it is): the counters view counts no transition for them.
+func keepingTypes() []domain.EventType {
+	from := append([]domain.State{domain.StateNone}, domain.States...)
+	var out []domain.EventType
+	for _, t := range domain.EventTypes {
+		allowed, keeps := false, true
+		for _, s := range from {
+			to, err := domain.Next(s, t)
+			if err != nil {
+				continue
+			}
+			allowed = true
+			keeps = keeps && to == s
+		}
+		if allowed && keeps {
 			out = append(out, t)
 		}
 	}

@@ -93,8 +93,13 @@ func partitionOfName(table, name string) (Partition, bool) {
 	return p, true
 }
 
-// retentionLock keeps retention passes of several processes apart, per schema.
-const retentionLock = `hashtextextended(current_schema() || ':ledger retention', 0)`
+// The retention lock keeps retention passes of several processes apart. It is named after the
+// schema, as the rebuild lock is: the ledgers (and the tests) of other schemas of the database
+// have partitions of their own, and a pass of one must not make another's skip its round.
+const (
+	retentionLock   = `SELECT pg_try_advisory_lock(hashtextextended(current_schema() || '/retention', 0))`
+	retentionUnlock = `SELECT pg_advisory_unlock(hashtextextended(current_schema() || '/retention', 0))`
+)
 
 // Exclusive runs fn holding the retention lock, on a connection of its own, or reports false.
 func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, error) {
@@ -104,10 +109,10 @@ func (s *RetentionStore) Exclusive(ctx context.Context, fn func() error) (bool, 
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+retentionLock+`)`).Scan(&got); err != nil || !got {
+	if err := conn.QueryRow(ctx, retentionLock).Scan(&got); err != nil || !got {
 		return false, err
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+retentionLock+`)`) //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(ctx), retentionUnlock) //nolint:errcheck
 	return true, fn()
 }
 
@@ -142,9 +147,30 @@ func typeNames(ts []domain.EventType) []string {
 const segmentBegin = `INSERT INTO archive_segments (id, state, from_at, to_at, tenants) VALUES ($1, 'archiving', $2, $3, $4)
 ON CONFLICT (id) DO UPDATE SET tenants = EXCLUDED.tenants WHERE archive_segments.state = 'archiving'`
 
-// Begin records the partition's segment as archiving.
+// countersRebuildGet finds a rebuild of the counters in progress (its shadow's checkpoint, from
+// its start to its switch, or left by an interrupted one).
+const countersRebuildGet = `SELECT EXISTS (SELECT 1 FROM projection_checkpoints WHERE name = $1)`
+
+// Begin records the partition's segment as archiving, unless a rebuild of the counters is in
+// progress: its shadow was seeded with the segments archived before it started and folds the
+// log from its start, so a partition leaving under it would leave some of its events folded
+// and none of its counts. The segments' lock (views.go) orders the two.
 func (s *RetentionStore) Begin(ctx context.Context, p retention.Partition, tenants []string) error {
-	if _, err := s.pool.Exec(ctx, segmentBegin, p.Name, nullTime(p.From), p.To, tenants); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, segmentsLock); err != nil {
+			return err
+		}
+		var rebuilding bool
+		if err := tx.QueryRow(ctx, countersRebuildGet, projections.NameCounters+".rebuild").Scan(&rebuilding); err != nil {
+			return err
+		}
+		if rebuilding {
+			return retention.ErrRebuilding
+		}
+		_, err := tx.Exec(ctx, segmentBegin, p.Name, nullTime(p.From), p.To, tenants)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("begin segment %s: %w", p.Name, err)
 	}
 	return nil
@@ -221,15 +247,17 @@ func (s *RetentionStore) Events(ctx context.Context, p retention.Partition, emit
 }
 
 // Counters sums what leaves with the partition per (tenant, channel, state): the deliveries
-// that end there (their latest event that says a state) and every transition into it.
-func (s *RetentionStore) Counters(ctx context.Context, p retention.Partition, states func(domain.EventType) (domain.State, bool)) ([]retention.Counter, error) {
+// that end there (their latest event that says a state) and every transition into it (an event
+// of a type in keeping is none).
+func (s *RetentionStore) Counters(ctx context.Context, p retention.Partition, states func(domain.EventType) (domain.State, bool), keeping []domain.EventType) ([]retention.Counter, error) {
 	name := pgx.Identifier{p.Name}.Sanitize()
 	q := `WITH acc AS (SELECT delivery_id, tenant, data->>'channel' AS channel FROM ` + name + ` WHERE version = 1),
 last AS (SELECT DISTINCT ON (delivery_id) delivery_id, type FROM ` + name + ` WHERE type <> $1 ORDER BY delivery_id, version DESC)
-SELECT a.tenant, a.channel, e.type, count(*), 0::bigint FROM ` + name + ` e JOIN acc a USING (delivery_id) WHERE e.type <> $1 GROUP BY 1, 2, 3
+SELECT a.tenant, a.channel, e.type, count(*), 0::bigint FROM ` + name + ` e JOIN acc a USING (delivery_id)
+WHERE e.type <> $1 AND e.type <> ALL ($2::text[]) GROUP BY 1, 2, 3
 UNION ALL
 SELECT a.tenant, a.channel, l.type, 0::bigint, count(*) FROM last l JOIN acc a USING (delivery_id) GROUP BY 1, 2, 3`
-	rows, err := s.pool.Query(ctx, q, string(domain.EventReceiptRecorded))
+	rows, err := s.pool.Query(ctx, q, string(domain.EventReceiptRecorded), typeNames(keeping))
 	if err != nil {
 		return nil, fmt.Errorf("count partition %s: %w", p.Name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,7 +40,7 @@ const (
 	checkpointGet          = `SELECT transaction_id::text, position, events, version FROM projection_checkpoints WHERE name = $1`
 	checkpointGetForUpdate = checkpointGet + ` FOR UPDATE`
 	checkpointAdvance      = `UPDATE projection_checkpoints SET transaction_id = $2::text::xid8, position = $3,
-	events = events + $4, version = $5, last_recorded_at = $6, updated_at = now()
+	events = events + $4, version = $5, last_recorded_at = coalesce($6, last_recorded_at), updated_at = now()
 WHERE name = $1`
 	checkpointEnsure = `INSERT INTO projection_checkpoints (name, version) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`
 	checkpointReset  = `INSERT INTO projection_checkpoints (name, version) VALUES ($1, $2)
@@ -230,8 +231,10 @@ FROM ` + statusColumns.unnest("u", [2]string{"expected_version", "integer"}) + `
 WHERE v.id = u.id AND v.version = u.expected_version AND v.id = ANY($1::uuid[])`
 
 	// By the uuid column (the index), not the text output column of the same name; both orders
-	// agree with the log's delivery_id order, which the merge in Verify relies on.
-	statusRowsList = `SELECT ` + statusColumns.selectList() + ` FROM %[1]s AS v ORDER BY v.id`
+	// agree with the log's delivery_id order, which the merge in Verify relies on. The rows of
+	// deliveries that left for the archive are outside the hot window the log holds.
+	statusRowsList = `SELECT ` + statusColumns.selectList() + ` FROM %[1]s AS v
+WHERE NOT EXISTS (` + segmentHolding("v.id") + `) ORDER BY v.id`
 
 	// A row is replaced only by a later version of the same delivery.
 	dlqRowsUpsert = `INSERT INTO %[1]s AS d (` + strings.Join(dlqColumns.names(), ", ") + `)
@@ -239,8 +242,57 @@ SELECT * FROM ` + dlqColumns.unnest("u") + `
 ON CONFLICT (id) DO UPDATE SET ` + dlqColumns.set("id", "excluded") + `
 WHERE d.version < excluded.version`
 
-	dlqRowsList = `SELECT ` + dlqColumns.selectList() + ` FROM %[1]s AS v ORDER BY v.id`
+	dlqRowsList = `SELECT ` + dlqColumns.selectList() + ` FROM %[1]s AS v
+WHERE NOT EXISTS (` + segmentHolding("v.id") + `) ORDER BY v.id`
 )
+
+// segmentHolding is the archive segment (archived, or archiving) whose range of delivery ids, the
+// accept times [from_at, to_at), holds the delivery id: a handful of rows, one per partition that
+// left.
+func segmentHolding(id string) string {
+	return `SELECT 1 FROM archive_segments g WHERE (g.from_at IS NULL OR ` + id + ` >= ledger_delivery_floor(g.from_at))
+	AND ` + id + ` < ledger_delivery_floor(g.to_at)`
+}
+
+// Statements on the archive segments, for the whole-life counters.
+const (
+	// segmentsLock keeps a counters rebuild's seed and a retention pass's start of a segment
+	// apart (retention.go, segmentBegin): either the seed sees the segment archiving and
+	// refuses, or the pass sees the rebuild's shadow and holds the partition. A partition that
+	// left while the shadow's catch-up was under way would leave some of its events folded in
+	// the shadow and none of its counts.
+	segmentsLock = `SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/archive_segments', 0))`
+	// segmentArchivingGet finds a segment a retention pass is moving: its events have left the
+	// log (or are about to) and its counts are not recorded yet.
+	segmentArchivingGet = `SELECT id FROM archive_segments WHERE state = 'archiving' ORDER BY to_at LIMIT 1`
+	// archivedCountersList sums what the archived segments took with them per key.
+	archivedCountersList = `SELECT c.tenant, c.channel, c.state, sum(c.deliveries)::bigint, sum(c.entered)::bigint
+FROM archive_segments g
+CROSS JOIN LATERAL jsonb_to_recordset(g.counters) AS c(tenant text, channel text, state text, deliveries bigint, entered bigint)
+WHERE g.state = 'archived'
+GROUP BY c.tenant, c.channel, c.state ORDER BY c.tenant, c.channel, c.state`
+)
+
+// archivedCounters reads what the archived segments took with them, or fails with
+// projections.ErrBusy while a segment is archiving.
+func archivedCounters(ctx context.Context, tx pgx.Tx) ([]projections.CountRow, error) {
+	var busy string
+	switch err := tx.QueryRow(ctx, segmentArchivingGet).Scan(&busy); {
+	case err == nil:
+		return nil, fmt.Errorf("%w: segment %s is being archived; try again once the retention pass has moved it", projections.ErrBusy, busy)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("archived counters: %w", err)
+	}
+	rows, err := tx.Query(ctx, archivedCountersList)
+	if err != nil {
+		return nil, fmt.Errorf("archived counters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[projections.CountRow])
+	if err != nil {
+		return nil, fmt.Errorf("archived counters: %w", err)
+	}
+	return out, nil
+}
 
 const (
 	dlqRowsDelete  = `DELETE FROM %[1]s WHERE id = ANY($1::uuid[])`
@@ -284,8 +336,12 @@ func (t viewTx) CheckpointLock(ctx context.Context, name string) (projections.Ch
 
 // CheckpointAdvance implements projections.Tx.
 func (t viewTx) CheckpointAdvance(ctx context.Context, name string, last projections.LoggedEvent, events int, version int) error {
+	var recordedAt *time.Time
+	if !last.RecordedAt.IsZero() {
+		recordedAt = &last.RecordedAt
+	}
 	_, err := t.tx.Exec(ctx, checkpointAdvance, name, strconv.FormatUint(last.At.TransactionID, 10), last.At.Position,
-		events, version, last.RecordedAt)
+		events, version, recordedAt)
 	return err
 }
 
@@ -522,6 +578,16 @@ func (t viewTx) CountersAdd(ctx context.Context, table string, rows []projection
 	return err
 }
 
+// ArchivedCounters implements projections.Tx. It takes the segments' lock to the end of the
+// transaction, the one that starts a counters rebuild's shadow: a retention pass then holds its
+// partitions until the rebuild's switch (segmentsLock).
+func (t viewTx) ArchivedCounters(ctx context.Context) ([]projections.CountRow, error) {
+	if _, err := t.tx.Exec(ctx, segmentsLock); err != nil {
+		return nil, fmt.Errorf("archived counters: %w", err)
+	}
+	return archivedCounters(ctx, t.tx)
+}
+
 // viewSnapshot is a projections.Snapshot.
 type viewSnapshot struct{ tx pgx.Tx }
 
@@ -543,10 +609,12 @@ func (s viewSnapshot) DLQRowsList(ctx context.Context, table string) (projection
 // StreamsUpTo implements projections.Snapshot. ORDER BY names the table's columns: a bare
 // delivery_id would be the text output column, sorted instead of read from the index. The
 // position is formatted into the text because cursors take no parameters; it is two integers.
+// The streams of a segment that is archiving are left out as the views' rows of its range are
+// (between the segment's record and its partition's detach they are still in the log).
 func (s viewSnapshot) StreamsUpTo(ctx context.Context, upTo projections.LogPosition) (projections.Rows[domain.Event], error) {
 	query := fmt.Sprintf(`SELECT delivery_id::text, tenant, version, type, data, recorded_at FROM events
-WHERE (transaction_id, position) <= ('%d'::xid8, %d)
-ORDER BY events.delivery_id, events.version`, upTo.TransactionID, upTo.Position)
+WHERE (transaction_id, position) <= ('%d'::xid8, %d) AND NOT EXISTS (%s)
+ORDER BY events.delivery_id, events.version`, upTo.TransactionID, upTo.Position, segmentHolding("events.delivery_id"))
 	return openCursor(ctx, s.tx, "verify_streams", query, scanStreamEvent)
 }
 
@@ -557,6 +625,11 @@ func (s viewSnapshot) CountersList(ctx context.Context, table string) ([]project
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[projections.CountRow])
+}
+
+// ArchivedCounters implements projections.Snapshot.
+func (s viewSnapshot) ArchivedCounters(ctx context.Context) ([]projections.CountRow, error) {
+	return archivedCounters(ctx, s.tx)
 }
 
 // cursorChunk is how many rows a cursor fetches at a time.
