@@ -126,6 +126,11 @@ type RetentionSecond struct {
 	P50       float64 `json:"p50_ms"`
 	P99       float64 `json:"p99_ms"`
 	Archiving bool    `json:"archiving"`
+	// Boundary: the second holds a boundary of the history's partitions, where writes move to
+	// the next partition and the partition maintenance attaches one more ahead. With a keep a
+	// multiple of the width (the defaults), partitions leave at boundaries too: the seconds at
+	// a boundary without a partition leaving tell the two apart.
+	Boundary bool `json:"boundary"`
 }
 
 // retentionSizesGet sums what the schema keeps, the outbox's part (its shards' tables and
@@ -149,6 +154,26 @@ const retentionHotGet = `SELECT (SELECT count(*) FROM events WHERE version = 1),
 // retentionWindowsList lists when each segment was leaving: from its record as 'archiving' to
 // its archived_at (still leaving: now).
 const retentionWindowsList = `SELECT started_at, coalesce(archived_at, now()) FROM archive_segments ORDER BY started_at`
+
+// retentionAhead is whether partition relname (a regular table) lies ahead of the clock.
+const retentionAhead = `coalesce(substring(c.relname FROM '_p([0-9]+)_[0-9]+$')::bigint > extract(epoch FROM now()), false)`
+
+// retentionTablesList is what each table keeps in its partitions that are not ahead of the
+// clock (table, indexes, TOAST); a partition the pass detached and did not drop counts with its
+// table, by its name.
+const retentionTablesList = `SELECT regexp_replace(c.relname, '_p[0-9]+_[0-9]+$', ''), sum(pg_total_relation_size(c.oid))::bigint
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT ` + retentionAhead + ` GROUP BY 1`
+
+// retentionEventsIndexesList is what each index of events keeps over the partitions that are
+// not ahead of the clock, and the table with its TOAST.
+const retentionEventsIndexesList = `SELECT ix.relname, sum(pg_relation_size(t.relid))::bigint
+FROM pg_index i JOIN pg_class ix ON ix.oid = i.indexrelid, pg_partition_tree(ix.oid) t
+JOIN pg_index pi ON pi.indexrelid = t.relid JOIN pg_class c ON c.oid = pi.indrelid
+WHERE i.indrelid = 'events'::regclass AND t.isleaf AND NOT ` + retentionAhead + ` GROUP BY 1
+UNION ALL
+SELECT 'table', sum(pg_table_size(t.relid))::bigint FROM pg_partition_tree('events'::regclass) t JOIN pg_class c ON c.oid = t.relid
+WHERE t.isleaf AND NOT ` + retentionAhead
 
 // retentionEventsColumnsList is what each column of events and each key of its data keeps, summed
 // over the hot events (pg_column_size: as stored, compressed or not).
@@ -226,11 +251,11 @@ func benchRetention(ctx context.Context, base app.Config, opts Options, rep *Rep
 		return err
 	}
 	env.stop(base)
-	during, outside := retentionSeconds(res, seconds, origin, windows)
+	during, outside, boundary := retentionSeconds(res, seconds, origin, part, windows)
 	if err := retentionEnd(ctx, env, res); err != nil {
 		return err
 	}
-	retentionFigures(rep, res, during, outside)
+	retentionFigures(rep, res, during, outside, boundary)
 	retentionPrint(res, rep, out)
 	return nil
 }
@@ -310,7 +335,7 @@ func retentionWindows(ctx context.Context, pool *pgxpool.Pool) ([]retentionWindo
 // retentionSeconds fills res.Seconds from the latencies of each second since origin, tagged
 // archiving when the second overlaps a window, and returns the latencies of the seconds during
 // and outside the windows (sorted), the warm-up left out.
-func retentionSeconds(res *RetentionResult, seconds [][]float64, origin time.Time, windows []retentionWindow) (during, outside []float64) {
+func retentionSeconds(res *RetentionResult, seconds [][]float64, origin time.Time, width time.Duration, windows []retentionWindow) (during, outside, boundary []float64) {
 	for s, lat := range seconds {
 		if len(lat) == 0 {
 			continue
@@ -318,21 +343,30 @@ func retentionSeconds(res *RetentionResult, seconds [][]float64, origin time.Tim
 		from := origin.Add(time.Duration(s) * time.Second)
 		to := from.Add(time.Second)
 		archiving := slices.ContainsFunc(windows, func(w retentionWindow) bool { return w.from.Before(to) && w.to.After(from) })
+		// The boundary at or after from, in the epoch's multiples of width, is before to.
+		w := width.Milliseconds()
+		atBoundary := (from.UnixMilli()+w-1)/w*w < to.UnixMilli()
 		sorted := slices.Clone(lat)
 		sort.Float64s(sorted)
-		res.Seconds = append(res.Seconds, RetentionSecond{Second: s, Accepts: len(sorted), P50: percentile(sorted, .5), P99: percentile(sorted, .99), Archiving: archiving})
+		res.Seconds = append(res.Seconds, RetentionSecond{Second: s, Accepts: len(sorted), P50: percentile(sorted, .5), P99: percentile(sorted, .99),
+			Archiving: archiving, Boundary: atBoundary})
 		if s < retentionWarmUp {
 			continue
 		}
-		if archiving {
+		switch {
+		case archiving:
 			during = append(during, lat...)
-		} else {
+		case atBoundary:
+			boundary = append(boundary, lat...)
+			outside = append(outside, lat...)
+		default:
 			outside = append(outside, lat...)
 		}
 	}
 	sort.Float64s(during)
 	sort.Float64s(outside)
-	return during, outside
+	sort.Float64s(boundary)
+	return during, outside, boundary
 }
 
 // retentionEnd reads, with the ledger stopped, what each table and each part of events keeps
@@ -346,7 +380,7 @@ func retentionEnd(ctx context.Context, env *benchEnv, res *RetentionResult) erro
 		return nil
 	}
 	per := func(b int64) float64 { return float64(b) / float64(deliveries) }
-	rows, err := env.pool.Query(ctx, tablesBytesList, env.schema)
+	rows, err := env.pool.Query(ctx, retentionTablesList, env.schema)
 	if err != nil {
 		return fmt.Errorf("table sizes: %w", err)
 	}
@@ -365,12 +399,22 @@ func retentionEnd(ctx context.Context, env *benchEnv, res *RetentionResult) erro
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	events, sizes, err := eventsBytesPerEvent(ctx, env.pool, env.schema)
+	rows, err = env.pool.Query(ctx, retentionEventsIndexesList)
 	if err != nil {
-		return err
+		return fmt.Errorf("events indexes: %w", err)
 	}
-	for _, s := range sizes {
-		res.EventsParts["relation "+s.name] = s.bytes * float64(events) / float64(deliveries)
+	for rows.Next() {
+		var name string
+		var size int64
+		if err := rows.Scan(&name, &size); err != nil {
+			rows.Close()
+			return err
+		}
+		res.EventsParts["relation "+name] = per(size)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
 	}
 	rows, err = env.pool.Query(ctx, retentionEventsColumnsList)
 	if err != nil {
@@ -391,7 +435,7 @@ func retentionEnd(ctx context.Context, env *benchEnv, res *RetentionResult) erro
 // retentionFigures puts the phase's figures in the report's maps: sizes per period after the
 // first two (max/min), hot and archive bytes per delivery, the accept's p99 during and outside
 // the archive's windows.
-func retentionFigures(rep *Report, res *RetentionResult, during, outside []float64) {
+func retentionFigures(rep *Report, res *RetentionResult, during, outside, boundary []float64) {
 	rep.Counts["retention_periods"] = len(res.Samples)
 	if n := len(res.Samples); n > 0 {
 		last := res.Samples[n-1]
@@ -406,17 +450,16 @@ func retentionFigures(rep *Report, res *RetentionResult, during, outside []float
 		steady := res.Samples[retentionSteadyAfter:]
 		lo, hi := steady[0].SchemaBytes, steady[0].SchemaBytes
 		loHot, hiHot := hotBytes(steady[0]), hotBytes(steady[0])
-		var perHot, perAll, perLive float64
+		// Sizes and hot deliveries are averaged apart: a sample taken just before a partition
+		// leaves counts a partition's more deliveries than one just after.
+		var all, hot, live, deliveries float64
 		for _, s := range steady {
 			lo, hi = min(lo, s.SchemaBytes), max(hi, s.SchemaBytes)
 			loHot, hiHot = min(loHot, hotBytes(s)), max(hiHot, hotBytes(s))
-			if s.HotDeliveries > 0 {
-				n := float64(s.HotDeliveries) * float64(len(steady))
-				perHot += float64(hotBytes(s)) / n
-				perAll += float64(s.SchemaBytes) / n
-				perLive += float64(hotBytes(s)-s.AheadBytes) / n
-			}
+			all, hot, live = all+float64(s.SchemaBytes), hot+float64(hotBytes(s)), live+float64(hotBytes(s)-s.AheadBytes)
+			deliveries += float64(s.HotDeliveries)
 		}
+		perHot, perAll, perLive := hot/max(deliveries, 1), all/max(deliveries, 1), live/max(deliveries, 1)
 		rep.Counts["retention_size_min_bytes"], rep.Counts["retention_size_max_bytes"] = int(lo), int(hi)
 		if lo > 0 {
 			rep.Ratios["retention_size_max_over_min"] = float64(hi) / float64(lo)
@@ -435,6 +478,7 @@ func retentionFigures(rep *Report, res *RetentionResult, during, outside []float
 		}
 	}
 	rep.Counts["retention_seconds_archiving"], rep.Counts["retention_seconds"] = seconds, len(res.Seconds)
+	rep.LatencyMS["retention_accept_p99_at_boundaries_outside_archive"] = percentile(boundary, .99)
 	rep.LatencyMS["retention_accept_p50_during_archive"], rep.LatencyMS["retention_accept_p99_during_archive"] = percentile(during, .5), percentile(during, .99)
 	rep.LatencyMS["retention_accept_p50_outside_archive"], rep.LatencyMS["retention_accept_p99_outside_archive"] = percentile(outside, .5), percentile(outside, .99)
 	if len(during) > 0 && len(outside) > 0 {
@@ -462,9 +506,10 @@ func retentionPrint(res *RetentionResult, rep *Report, out io.Writer) {
 		r["retention_size_max_over_min"], within(r["retention_size_max_over_min"]), r["retention_size_max_over_min_without_outbox"], within(r["retention_size_max_over_min_without_outbox"]))
 	benchLog(out, "retention: bytes per hot delivery %.0f (target <= %d), %.0f with the outbox, %.0f without the empty partitions ahead; archive bytes per delivery %.0f",
 		b["retention_hot"], retentionHotTarget, b["retention_hot_with_outbox"], b["retention_hot_without_partitions_ahead"], b["retention_archive"])
-	benchLog(out, "retention: accept p99 while a partition leaves %.2f ms (%d s), outside %.2f ms, %.2fx (<= %.2f); p50 %.2f / %.2f ms",
+	benchLog(out, "retention: accept p99 while a partition leaves %.2f ms (%d s), outside %.2f ms, %.2fx (<= %.2f); p50 %.2f / %.2f ms; p99 in the seconds of a partition boundary when none leaves %.2f ms",
 		l["retention_accept_p99_during_archive"], rep.Counts["retention_seconds_archiving"], l["retention_accept_p99_outside_archive"],
-		r["retention_accept_p99_during_vs_outside"], retentionAcceptTarget, l["retention_accept_p50_during_archive"], l["retention_accept_p50_outside_archive"])
+		r["retention_accept_p99_during_vs_outside"], retentionAcceptTarget, l["retention_accept_p50_during_archive"], l["retention_accept_p50_outside_archive"],
+		l["retention_accept_p99_at_boundaries_outside_archive"])
 	if len(res.Tables) > 0 {
 		benchLog(out, "retention: bytes per hot delivery at the end, by table: %s", sizesLine(res.Tables))
 		benchLog(out, "retention: events bytes per hot delivery, by part: %s", sizesLine(res.EventsParts))
