@@ -87,9 +87,12 @@ type RetentionResult struct {
 	Seconds []RetentionSecond `json:"seconds"`
 	// Tables is what each table keeps per hot delivery at the end (table, indexes and TOAST).
 	Tables map[string]float64 `json:"tables_bytes_per_delivery"`
-	// EventsParts is what the events table keeps per hot delivery by part: each index, each
-	// column, each key of data (the sum of pg_column_size of its values).
+	// EventsParts is what the events table keeps per hot delivery by part: its heap with TOAST,
+	// each index, each column, each key of data (the sum of pg_column_size of its values).
 	EventsParts map[string]float64 `json:"events_bytes_per_delivery"`
+	// Relations is what each partitioned table keeps per hot delivery at the end, its heap
+	// with TOAST ('<table>.table') and each index ('<table>.<index>').
+	Relations map[string]float64 `json:"relations_bytes_per_delivery"`
 }
 
 // RetentionSample is what one sample of the retention phase read.
@@ -165,15 +168,18 @@ const retentionTablesList = `SELECT regexp_replace(c.relname, '_p[0-9]+_[0-9]+$'
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT ` + retentionAhead + ` GROUP BY 1`
 
-// retentionEventsIndexesList is what each index of events keeps over the partitions that are
-// not ahead of the clock, and the table with its TOAST.
-const retentionEventsIndexesList = `SELECT ix.relname, sum(pg_relation_size(t.relid))::bigint
-FROM pg_index i JOIN pg_class ix ON ix.oid = i.indexrelid, pg_partition_tree(ix.oid) t
+// retentionRelationsList is what each partitioned table of the schema keeps over its partitions
+// that are not ahead of the clock, as table with its TOAST ('<table>.table') and index by index
+// ('<table>.<index>').
+const retentionRelationsList = `SELECT pt.relname, ix.relname, sum(pg_relation_size(t.relid))::bigint
+FROM pg_class pt JOIN pg_namespace n ON n.oid = pt.relnamespace JOIN pg_index i ON i.indrelid = pt.oid
+JOIN pg_class ix ON ix.oid = i.indexrelid, pg_partition_tree(ix.oid) t
 JOIN pg_index pi ON pi.indexrelid = t.relid JOIN pg_class c ON c.oid = pi.indrelid
-WHERE i.indrelid = 'events'::regclass AND t.isleaf AND NOT ` + retentionAhead + ` GROUP BY 1
+WHERE n.nspname = $1 AND pt.relkind = 'p' AND t.isleaf AND NOT ` + retentionAhead + ` GROUP BY 1, 2
 UNION ALL
-SELECT 'table', sum(pg_table_size(t.relid))::bigint FROM pg_partition_tree('events'::regclass) t JOIN pg_class c ON c.oid = t.relid
-WHERE t.isleaf AND NOT ` + retentionAhead
+SELECT pt.relname, 'table', sum(pg_table_size(t.relid))::bigint
+FROM pg_class pt JOIN pg_namespace n ON n.oid = pt.relnamespace, pg_partition_tree(pt.oid) t JOIN pg_class c ON c.oid = t.relid
+WHERE n.nspname = $1 AND pt.relkind = 'p' AND t.isleaf AND NOT ` + retentionAhead + ` GROUP BY 1, 2`
 
 // retentionEventsColumnsList is what each column of events and each key of its data keeps, summed
 // over the hot events (pg_column_size: as stored, compressed or not).
@@ -215,7 +221,7 @@ func benchRetention(ctx context.Context, base app.Config, opts Options, rep *Rep
 	defer env.stop(base)
 
 	res := &RetentionResult{Keep: retention.FormatDuration(keep), Partition: retention.FormatDuration(part), Rate: rate, Periods: periods,
-		Tables: map[string]float64{}, EventsParts: map[string]float64{}}
+		Tables: map[string]float64{}, EventsParts: map[string]float64{}, Relations: map[string]float64{}}
 	rep.Retention = res
 	var accepted, failed atomic.Int64
 	var firstErr atomic.Value
@@ -399,18 +405,21 @@ func retentionEnd(ctx context.Context, env *benchEnv, res *RetentionResult) erro
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	rows, err = env.pool.Query(ctx, retentionEventsIndexesList)
+	rows, err = env.pool.Query(ctx, retentionRelationsList, env.schema)
 	if err != nil {
-		return fmt.Errorf("events indexes: %w", err)
+		return fmt.Errorf("indexes: %w", err)
 	}
 	for rows.Next() {
-		var name string
+		var table, name string
 		var size int64
-		if err := rows.Scan(&name, &size); err != nil {
+		if err := rows.Scan(&table, &name, &size); err != nil {
 			rows.Close()
 			return err
 		}
-		res.EventsParts["relation "+name] = per(size)
+		res.Relations[table+"."+name] = per(size)
+		if table == "events" {
+			res.EventsParts["relation "+name] = per(size)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -513,6 +522,7 @@ func retentionPrint(res *RetentionResult, rep *Report, out io.Writer) {
 	if len(res.Tables) > 0 {
 		benchLog(out, "retention: bytes per hot delivery at the end, by table: %s", sizesLine(res.Tables))
 		benchLog(out, "retention: events bytes per hot delivery, by part: %s", sizesLine(res.EventsParts))
+		benchLog(out, "retention: partitioned tables' bytes per hot delivery, by relation: %s", sizesLine(res.Relations))
 	}
 }
 

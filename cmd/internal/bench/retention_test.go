@@ -53,7 +53,7 @@ func TestBenchRetentionPhase(t *testing.T) {
 	if hot < 500 || hot > 50_000 || archive <= 0 || archive >= hot {
 		t.Fatalf("bytes per delivery: hot %.0f, archive %.0f", hot, archive)
 	}
-	if r.Tables["events"] <= 0 || r.EventsParts["data.recipient"] <= 0 || r.EventsParts["relation events_idempotency_key_key"] <= 0 || r.EventsParts["relation table"] <= 0 {
+	if r.Tables["events"] <= 0 || r.EventsParts["data.recipient"] <= 0 || r.EventsParts["relation events_idempotency_key_key"] <= 0 || r.EventsParts["relation table"] <= 0 || r.Relations["status_view.table"] <= 0 {
 		t.Fatalf("breakdown: tables %v, events %v", r.Tables, r.EventsParts)
 	}
 	var names []string
