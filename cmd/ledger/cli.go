@@ -130,6 +130,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.DurationVar(&bopts.ScheduleLead, "schedule-lead", 0, "how far ahead of its send_at each delivery falling due is accepted, while the stream falls due (0: the whole stream is scheduled before it starts, the accepts done; 2s was the method before 2026-12-02)")
 	benchFS.DurationVar(&bopts.ScheduleFor, "schedule-for", 0, fmt.Sprintf("how long the schedule phase's deliveries fall due (0: %s, or 5s with --quick)", bench.DefaultScheduleFor))
 	benchFS.IntVar(&bopts.SuppressEntries, "suppress-entries", 0, fmt.Sprintf("suppressions the suppress phase fills for the benchmark's tenant, in SQL (0: %d, or %d with --quick)", bench.DefaultSuppressEntries, 20_000))
+	benchFS.DurationVar(&bopts.RetentionKeep, "retention-keep", 0, fmt.Sprintf("the retention phase's keep: how long a terminal history stays hot; also its sampling period (0: %s, or 6s with --quick)", bench.DefaultRetentionKeep))
+	benchFS.DurationVar(&bopts.RetentionPartition, "retention-partition", 0, fmt.Sprintf("the retention phase's partition width (0: %s, or 2s with --quick)", bench.DefaultRetentionPartition))
+	benchFS.IntVar(&bopts.RetentionPeriods, "retention-periods", 0, fmt.Sprintf("how many keeps the retention phase sends for (0: %d, or 4 with --quick)", bench.DefaultRetentionPeriods))
+	benchFS.IntVar(&bopts.RetentionRate, "retention-rate", 0, fmt.Sprintf("deliveries per second of the retention phase, open loop (0: %d)", bench.DefaultRetentionRate))
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
 	benchFS.IntVar(&bopts.ClientDeliveries, "clients-deliveries", 10_000, "deliveries per closed-loop run of the clients phase (each run also stops sending after 30 s)")
 	benchClientList := benchFS.String("clients", "1,16,64", "client counts of the clients phase's closed-loop runs, comma-separated (0: none, the fixed-rate runs only)")
@@ -154,7 +158,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"RSS. The schedule phase holds a million deliveries scheduled far ahead and times a stream\n" +
 			"falling due through them (attempt start − send_at), the accept with send_at against without,\n" +
 			"and what the schedule keeps in PostgreSQL and RabbitMQ. The suppress phase fills a million\n" +
-			"suppressions and times the accept against a ledger whose list is empty. Prints a table,\n" +
+			"suppressions and times the accept against a ledger whose list is empty. The retention phase\n" +
+			"sends a steady rate through a ledger whose retention archives and drops its partitions, in\n" +
+			"compressed time, and samples PostgreSQL's size, the hot store and the archive each keep, and\n" +
+			"the accept's p99 while a partition leaves against outside. Prints a table,\n" +
 			"writes JSON and an SVG chart. A run whose counts do not balance is reported as void.",
 		FlagSet: benchFS,
 		Options: []ff.Option{ff.WithEnvVarPrefix(envPrefix)},

@@ -65,13 +65,21 @@ type Options struct {
 	// SuppressEntries is how many suppressions the suppress phase fills for the benchmark's
 	// tenant (0: DefaultSuppressEntries).
 	SuppressEntries int
+	// RetentionKeep, RetentionPartition, RetentionPeriods and RetentionRate size the retention
+	// phase: its ledger keeps terminal histories RetentionKeep in partitions of
+	// RetentionPartition, and takes RetentionRate deliveries a second for RetentionPeriods keeps
+	// (0: the defaults, DefaultRetentionKeep and the others; a quick variant under --quick).
+	RetentionKeep      time.Duration
+	RetentionPartition time.Duration
+	RetentionPeriods   int
+	RetentionRate      int
 	// Trace runs the ledger with tracing on, every span sampled and exported over OTLP/HTTP to
 	// a discarding endpoint on loopback, to measure what tracing costs.
 	Trace bool
 }
 
 // Phases are the phases of a run, in order.
-var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit", "schedule", "suppress"}
+var Phases = []string{"postgres", "rabbitmq", "accept", "rate", "e2e", "clients", "roles", "audit", "schedule", "suppress", "retention"}
 
 func (o *Options) runs(phase string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, phase)
@@ -89,6 +97,9 @@ func (o *Options) ApplyQuick() {
 		o.ScheduleRate = cmp.Or(o.ScheduleRate, quickScheduleRate)
 		o.ScheduleFor = cmp.Or(o.ScheduleFor, quickScheduleFor)
 		o.SuppressEntries = cmp.Or(o.SuppressEntries, quickSuppressEntries)
+		o.RetentionKeep = cmp.Or(o.RetentionKeep, quickRetentionKeep)
+		o.RetentionPartition = cmp.Or(o.RetentionPartition, quickRetentionPartition)
+		o.RetentionPeriods = cmp.Or(o.RetentionPeriods, quickRetentionPeriods)
 	}
 }
 
@@ -115,6 +126,9 @@ type Report struct {
 	// no load: the part of CPUPerDelivery that does not grow with the rate.
 	CPUIdle map[string]float64 `json:"cpu_ms_per_s_idle,omitempty"`
 	Targets []benchTarget      `json:"targets"`
+	// Retention holds the retention phase's series (its samples per period, the accept's
+	// latencies per second); its figures are in the maps above, prefixed retention_.
+	Retention *RetentionResult `json:"retention,omitempty"`
 	// Samples keeps latency distributions (ms) for the chart.
 	Samples map[string][]float64 `json:"-"`
 }

@@ -70,6 +70,13 @@ func PrintTable(rep *Report, w io.Writer) {
 		}
 	}
 	printRoles(rep, tw)
+	if r := rep.Retention; r != nil && len(r.Samples) > 0 {
+		fmt.Fprintf(tw, "\nretention phase (keep %s, partitions %s, %d/s)\tat s\tschema MB\toutbox MB\tdeliveries hot\tarchive MB\tsegments\n", r.Keep, r.Partition, r.Rate)
+		for i, s := range r.Samples {
+			fmt.Fprintf(tw, "period %d\t%.0f\t%.2f\t%.2f\t%d\t%.2f\t%d\n", i+1, s.AtSeconds, float64(s.SchemaBytes)/1e6, float64(s.OutboxBytes)/1e6,
+				s.HotDeliveries, float64(s.ArchiveBytes)/1e6, s.Segments)
+		}
+	}
 	fmt.Fprintf(tw, "\ntarget\twant\tgot\tmet\n")
 	for _, t := range rep.Targets {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%v\n", t.Name, t.Want, t.Got, t.Passed)

@@ -142,6 +142,11 @@ func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Re
 			return nil, fmt.Errorf("suppress phase: %w", err)
 		}
 	}
+	if opts.runs("retention") {
+		if err := benchRetention(ctx, base, opts, rep, sink, track, out); err != nil {
+			return nil, fmt.Errorf("retention phase: %w", err)
+		}
+	}
 	rep.Targets = benchTargets(opts, rep)
 	return rep, nil
 }
@@ -358,6 +363,14 @@ func benchTargets(opts Options, rep *Report) []benchTarget {
 	k := "suppress_accept_p99_with_vs_without"
 	v, suppress := r[k]
 	add(k, fmt.Sprintf("<= %.2f", suppressTarget), v, v <= suppressTarget, suppress)
+	// The retention phase: a flat size once partitions leave, the hot store's bytes per delivery,
+	// and the accept's tail while a partition leaves.
+	v, flat := r["retention_size_max_over_min"]
+	add("retention_size_max_over_min", fmt.Sprintf("<= %.3f (±10 %%)", retentionSizeTarget), v, v <= retentionSizeTarget, flat)
+	hot, measured := rep.BytesPerDelivery["retention_hot"]
+	add("retention_hot_bytes_per_delivery", fmt.Sprintf("<= %d", retentionHotTarget), hot, hot <= retentionHotTarget, measured)
+	v, tail := r["retention_accept_p99_during_vs_outside"]
+	add("retention_accept_p99_during_vs_outside", fmt.Sprintf("<= %.2f", retentionAcceptTarget), v, v <= retentionAcceptTarget, tail)
 	_, single := r["accept_vs_postgres_1"]
 	add("accept_vs_postgres_1", ">= 0.9", r["accept_vs_postgres_1"], r["accept_vs_postgres_1"] >= 0.9, single)
 	// The clients phase: defaults that serve, as well as tuned settings do, in little memory,
