@@ -71,6 +71,9 @@ type Store interface {
 	// accepted before before, of tenant (all tenants but except when tenant is ""), whose
 	// deliveries are all terminal, and returns how many.
 	ExpirePayloads(ctx context.Context, tenant string, except []string, before time.Time, limit int) (int64, error)
+	// Applied reports whether every projection (status, dlq, counters) has applied every event
+	// of the detached p.
+	Applied(ctx context.Context, p Partition) (bool, error)
 	// DropEmpty drops p, detached and found empty, and forgets its segment row.
 	DropEmpty(ctx context.Context, p Partition) error
 	// Finish records p's segment archived with its manifest and counters and drops p, then the
@@ -349,6 +352,14 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 		// Nothing to archive (no delivery was accepted in its time): it leaves without a
 		// segment, and a read of an id in its range stays not found.
 		return true, p.Store.DropEmpty(ctx, part)
+	}
+	// The views must have applied every event that leaves: the log will not give them again.
+	applied, err := p.Store.Applied(ctx, part)
+	if err != nil || !applied {
+		if err == nil && p.Logger != nil {
+			p.Logger.Info("partition held: the projections have not applied all its events yet", "partition", part.Name)
+		}
+		return false, err
 	}
 	read := func(emit func(projections.LoggedEvent) error) error { return p.Store.Events(ctx, part, emit) }
 	m, err := p.Archive.Keep(ctx, Segment{ID: part.Name, From: part.From, To: part.To}, read)

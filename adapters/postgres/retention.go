@@ -318,6 +318,21 @@ func (s *RetentionStore) ExpirePayloads(ctx context.Context, tenant string, exce
 	return tag.RowsAffected(), nil
 }
 
+// Applied reports whether the live views' checkpoints are at or past the last event of the
+// partition in the log order (a rebuild's shadow catches up from the log it can still read, and
+// its counters from the archived segments).
+func (s *RetentionStore) Applied(ctx context.Context, p retention.Partition) (bool, error) {
+	q := `WITH last AS (SELECT transaction_id, position FROM ` + pgx.Identifier{p.Name}.Sanitize() + `
+	ORDER BY transaction_id DESC, position DESC LIMIT 1)
+SELECT NOT EXISTS (SELECT 1 FROM last, projection_checkpoints c
+	WHERE c.name IN ('status', 'dlq', 'counters') AND (c.transaction_id, c.position) < (last.transaction_id, last.position))`
+	var ok bool
+	if err := s.pool.QueryRow(ctx, q).Scan(&ok); err != nil {
+		return false, fmt.Errorf("projections of partition %s: %w", p.Name, err)
+	}
+	return ok, nil
+}
+
 // DropEmpty drops a detached partition that holds no event, and its segment row.
 func (s *RetentionStore) DropEmpty(ctx context.Context, p retention.Partition) error {
 	name := pgx.Identifier{p.Name}.Sanitize()

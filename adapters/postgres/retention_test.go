@@ -16,6 +16,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
+	"github.com/deliveryledger/ledger/projections"
 	"github.com/deliveryledger/ledger/retention"
 )
 
@@ -24,11 +25,13 @@ import (
 const retentionWidth = 2 * time.Second
 
 type retentionBundle struct {
-	db    *pgtest.Schema
-	store *postgres.EventStore
-	dir   *archive.Dir
-	seen  *observed
-	pass  *retention.Pass
+	db     *pgtest.Schema
+	store  *postgres.EventStore
+	dir    *archive.Dir
+	seen   *observed
+	pass   *retention.Pass
+	views  *postgres.Views
+	runner *projections.Runner
 }
 
 // observed records what a pass reported.
@@ -49,7 +52,12 @@ func setupRetention(t *testing.T) *retentionBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &retentionBundle{db: db, store: postgres.NewEventStore(db.Pool), dir: dir, seen: &observed{}}
+	b := &retentionBundle{db: db, store: postgres.NewEventStore(db.Pool), dir: dir, seen: &observed{}, views: postgres.NewViews(db.Pool)}
+	b.runner, err = projections.NewRunner(b.views, b.store, projections.All(),
+		projections.RunnerConfig{BatchSize: 50, PollInterval: 10 * time.Millisecond, LagInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	b.pass = &retention.Pass{Store: postgres.NewRetentionStore(db.Pool), Archive: archive.ForRetention{Store: dir}, Observer: b.seen,
 		Config: retention.Config{Keep: 4 * time.Second, Partition: retentionWidth, ArchiveDir: dir.Root}}
 	return b
@@ -97,6 +105,28 @@ func (b *retentionBundle) partitionOf(t *testing.T, id string) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// round lets the projector apply the whole log, then runs a retention round.
+func (b *retentionBundle) round(t *testing.T) (int, error) {
+	t.Helper()
+	ctx := context.Background()
+	poll(t, 20*time.Second, "catch up", func() (bool, error) {
+		if err := b.runner.CatchUp(ctx); err != nil {
+			return false, err
+		}
+		positions, err := b.views.Positions(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, v := range positions {
+			if v.LagEvents != 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return b.pass.Round(ctx)
 }
 
 // exists reports whether a table of that name is in the test's schema.
@@ -159,7 +189,7 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	b.pass.Config.Tenants = map[string]retention.TenantPolicy{"initech": {Keep: time.Hour}}
 	// Past twice keep for all three partitions, not past initech's keep.
 	b.pass.Now = func() time.Time { return time.Now().Add(20 * time.Second) }
-	if _, err := b.pass.Round(ctx); err != nil {
+	if _, err := b.round(t); err != nil {
 		t.Fatalf("round: %v", err)
 	}
 	if ms, err := b.dir.Manifests(ctx); err != nil || len(ms) != 1 || ms[0].ID != goneAt {
@@ -212,7 +242,7 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 		t.Fatalf("segment row: %s %d (%v)", state, events, err)
 	}
 	// A second round finds nothing more to move.
-	if left, err := b.pass.Round(ctx); err != nil || left != 0 {
+	if left, err := b.round(t); err != nil || left != 0 {
 		t.Fatalf("second round: %d left, %v", left, err)
 	}
 	// Once the open delivery ends, its partition leaves too.
@@ -239,7 +269,7 @@ func TestRetentionArchivesTerminalPartitionsAndHoldsOpenOnes(t *testing.T) {
 	if err := b.store.Append(ctx, append(append(more, started...), done...), nil); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := b.pass.Round(ctx); err != nil || left != 1 || b.seen.held != 1 || b.seen.overdue != 0 {
+	if left, err := b.round(t); err != nil || left != 1 || b.seen.held != 1 || b.seen.overdue != 0 {
 		t.Fatalf("round after the open delivery ended: %d left, %v, %+v", left, err, b.seen)
 	}
 	if _, err := b.store.LoadOf(ctx, "acme", open); !errors.As(err, new(*commands.ArchivedError)) {
@@ -271,7 +301,7 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	nextPartition(t0)
 	b.pass.Archive = archive.ForRetention{Store: corrupting{b.dir}}
 	b.pass.Now = func() time.Time { return time.Now().Add(20 * time.Second) }
-	_, err := b.pass.Round(ctx)
+	_, err := b.round(t)
 	if !errors.Is(err, retention.ErrCheckFailed) || b.seen.failed != 1 {
 		t.Fatalf("round: %v, %+v", err, b.seen)
 	}
@@ -286,7 +316,7 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	// With an archive that reads true, the next round moves it (the manifest from the failed
 	// round is reused: it was checked against the events Put was given).
 	b.pass.Archive = archive.ForRetention{Store: b.dir}
-	if _, err := b.pass.Round(ctx); err != nil {
+	if _, err := b.round(t); err != nil {
 		t.Fatalf("round after the fix: %v", err)
 	}
 	if _, err := b.store.Load(ctx, id); !errors.As(err, new(*commands.ArchivedError)) {
@@ -294,5 +324,30 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(b.dir.Root, part+".manifest.json")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRetentionWaitsForTheProjections: a partition whose events a view has not applied yet stays
+// (the log would never give them to it again), attached, and leaves once the views caught up.
+func TestRetentionWaitsForTheProjections(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+	ctx := context.Background()
+	t0 := time.Now()
+	id := b.delivery(t, "acme", "delivered")
+	part := b.partitionOf(t, id)
+	nextPartition(t0)
+	b.pass.Now = func() time.Time { return time.Now().Add(20 * time.Second) }
+	if _, err := b.pass.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := b.dir.Manifests(ctx); len(ms) != 0 || !b.exists(t, part) || b.partitionOf(t, id) != part {
+		t.Fatalf("a partition the views have not applied left: segments %v", ms)
+	}
+	if _, err := b.round(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Load(ctx, id); !errors.As(err, new(*commands.ArchivedError)) {
+		t.Fatalf("after the views caught up: %v", err)
 	}
 }
