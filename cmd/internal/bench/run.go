@@ -77,6 +77,11 @@ func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Re
 		return nil, err
 	}
 	_ = pgEnv.pool.QueryRow(ctx, "SHOW server_version").Scan(&rep.Machine.Postgres)
+	// The baseline writes the ledger's own tables, which are partitioned by time: it needs the
+	// partitions a ledger process would have cut at its start.
+	if _, err := postgres.EnsurePartitions(ctx, pgEnv.pool, postgres.PartitionConfig{Width: postgres.DefaultPartitionWidth}, time.Now()); err != nil {
+		return nil, err
+	}
 	for _, c := range []int{1, 16, 64} {
 		if !opts.runs("postgres") {
 			break
