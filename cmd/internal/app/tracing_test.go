@@ -203,10 +203,15 @@ func TestOneTraceFromAcceptToProviderAcrossProcesses(t *testing.T) {
 	}
 	spans := receiver.WaitFor(t, "trace from accept to outcome", 30*time.Second, func(all []otlptest.Span) bool {
 		tr := filterTrace(all, callerTrace)
-		// The consumer's span ends after its children (the outcome's record), and may be
-		// exported in a later batch: wait for it too.
-		return len(byName(tr, "record outcome")) > 0 && len(byName(tr, "append: wait for group commit")) > 0 &&
-			len(byName(tr, "process "+prefix+".webhook")) > 0
+		// Two processes export in batches of their own, and a parent span ends (and is
+		// exported) after its children: wait for every span the checks below name.
+		for _, name := range []string{"POST /v1/deliveries", "accept: wait for group commit", "send " + prefix + ".webhook",
+			"process " + prefix + ".webhook", "attempt webhook", "call webhook", "POST", "record outcome", "append: wait for group commit"} {
+			if len(byName(tr, name)) == 0 {
+				return false
+			}
+		}
+		return true
 	})
 	tr := filterTrace(spans, callerTrace)
 	t.Logf("the trace of one delivery, as exported:\n%s", otlptest.Render(tr))
