@@ -110,23 +110,8 @@ func (b *retentionBundle) partitionOf(t *testing.T, id string) string {
 // round lets the projector apply the whole log, then runs a retention round.
 func (b *retentionBundle) round(t *testing.T) (int, error) {
 	t.Helper()
-	ctx := context.Background()
-	poll(t, 20*time.Second, "catch up", func() (bool, error) {
-		if err := b.runner.CatchUp(ctx); err != nil {
-			return false, err
-		}
-		positions, err := b.views.Positions(ctx)
-		if err != nil {
-			return false, err
-		}
-		for _, v := range positions {
-			if v.LagEvents != 0 {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	return b.pass.Round(ctx)
+	catchUpViews(t, b.runner, b.views)
+	return b.pass.Round(context.Background())
 }
 
 // exists reports whether a table of that name is in the test's schema.

@@ -123,16 +123,22 @@ func (b *retainedViews) finish(t *testing.T, d *domain.Delivery) {
 	}
 }
 
-// catchUp runs the projector until every view has applied the whole log (one CatchUp stops at
-// the oldest transaction running in the shared cluster).
+// catchUp runs the projector until every view has applied the whole log.
 func (b *retainedViews) catchUp(t *testing.T) {
+	t.Helper()
+	catchUpViews(t, b.runner, b.views)
+}
+
+// catchUpViews runs the projector until every view has applied the whole log (one CatchUp stops
+// at the oldest transaction running in the shared cluster).
+func catchUpViews(t *testing.T, runner *projections.Runner, views *postgres.Views) {
 	t.Helper()
 	ctx := context.Background()
 	poll(t, 20*time.Second, "catch up", func() (bool, error) {
-		if err := b.runner.CatchUp(ctx); err != nil {
+		if err := runner.CatchUp(ctx); err != nil {
 			return false, err
 		}
-		positions, err := b.views.Positions(ctx)
+		positions, err := views.Positions(ctx)
 		if err != nil {
 			return false, err
 		}
