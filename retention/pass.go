@@ -227,11 +227,12 @@ func (p *Pass) round(ctx context.Context) (int, error) {
 		if part.To.Add(p.shortestKeep()).After(now()) {
 			break // oldest first: nothing later is older than any keep either
 		}
-		ok, pastTwice, err := p.mayLeave(ctx, part, terminal, now())
+		counts, err := p.Store.Tenants(ctx, part, terminal)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		ok, pastTwice := p.judge(part, counts, now())
 		if !ok {
 			held++
 			if pastTwice {
@@ -239,7 +240,7 @@ func (p *Pass) round(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		moved, err := p.leave(ctx, part, terminal, now())
+		moved, err := p.leave(ctx, part, counts, terminal, now())
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("partition %s: %w", part.Name, err))
@@ -269,17 +270,6 @@ func (p *Pass) shortestKeep() time.Duration {
 	return k
 }
 
-// mayLeave says whether every delivery of part is terminal and older than its tenant's keep,
-// and, when not, whether part is held past twice the keep that applies.
-func (p *Pass) mayLeave(ctx context.Context, part Partition, terminal []domain.EventType, now time.Time) (ok, pastTwice bool, err error) {
-	counts, err := p.Store.Tenants(ctx, part, terminal)
-	if err != nil {
-		return false, false, err
-	}
-	ok, pastTwice = p.judge(part, counts, now)
-	return ok, pastTwice, nil
-}
-
 // judge says whether a partition of these counts may leave at now, and whether one held is
 // held past twice its keep.
 func (p *Pass) judge(part Partition, counts []TenantCount, now time.Time) (ok, pastTwice bool) {
@@ -298,12 +288,9 @@ func (p *Pass) judge(part Partition, counts []TenantCount, now time.Time) (ok, p
 	return ok, pastTwice
 }
 
-// leave moves one partition to the archive, or puts it back. It reports whether it left.
-func (p *Pass) leave(ctx context.Context, part Partition, terminal []domain.EventType, now time.Time) (bool, error) {
-	counts, err := p.Store.Tenants(ctx, part, terminal)
-	if err != nil {
-		return false, err
-	}
+// leave moves one partition, counted as counts, to the archive, or puts it back. It reports
+// whether it left.
+func (p *Pass) leave(ctx context.Context, part Partition, counts []TenantCount, terminal []domain.EventType, now time.Time) (bool, error) {
 	tenants := make([]string, 0, len(counts))
 	for _, c := range counts {
 		tenants = append(tenants, c.Tenant)
@@ -341,11 +328,7 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 	if err != nil {
 		return false, err
 	}
-	ok, _ := p.judge(part, counts, now)
-	if err != nil {
-		return false, err
-	}
-	if !ok {
+	if ok, _ := p.judge(part, counts, now); !ok {
 		return false, nil
 	}
 	if len(counts) == 0 {
