@@ -168,23 +168,34 @@ func Partitions(ctx context.Context, q Querier, table string) ([]Partition, erro
 	if err != nil {
 		return nil, fmt.Errorf("list partitions of %s: %w", table, err)
 	}
-	pattern := regexp.MustCompile(`^` + regexp.QuoteMeta(table) + `_p(\d+)_(\d+)$`)
 	var out []Partition
 	for _, n := range names {
-		m := pattern.FindStringSubmatch(n)
-		if m == nil {
+		p, ok := partitionOfName(table, n)
+		if !ok {
 			continue
-		}
-		from, _ := strconv.ParseInt(m[1], 10, 64)
-		to, _ := strconv.ParseInt(m[2], 10, 64)
-		p := Partition{Table: table, Name: n, To: time.Unix(to, 0).UTC()}
-		if from > 0 {
-			p.From = time.Unix(from, 0).UTC()
 		}
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b Partition) int { return a.To.Compare(b.To) })
 	return out, nil
+}
+
+// partitionNamePattern is a partition's name: <table>_p<from>_<to>.
+var partitionNamePattern = regexp.MustCompile(`^(.+)_p(\d+)_(\d+)$`)
+
+// partitionOfName reads a partition's bounds from its name.
+func partitionOfName(table, name string) (Partition, bool) {
+	m := partitionNamePattern.FindStringSubmatch(name)
+	if m == nil || m[1] != table {
+		return Partition{}, false
+	}
+	from, _ := strconv.ParseInt(m[2], 10, 64)
+	to, _ := strconv.ParseInt(m[3], 10, 64)
+	p := Partition{Table: table, Name: name, To: time.Unix(to, 0).UTC()}
+	if from > 0 {
+		p.From = time.Unix(from, 0).UTC()
+	}
+	return p, true
 }
 
 // Querier is what reads need of a pool, a connection or a transaction.

@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,33 +63,8 @@ func (s *RetentionStore) Partitions(ctx context.Context) ([]retention.Partition,
 	for _, p := range attached {
 		out = append(out, retention.Partition{Name: p.Name, From: p.From, To: p.To})
 	}
-	sortPartitions(out)
+	slices.SortFunc(out, func(a, b retention.Partition) int { return a.To.Compare(b.To) })
 	return out, nil
-}
-
-func sortPartitions(ps []retention.Partition) {
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && ps[j].To.Before(ps[j-1].To); j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
-}
-
-var partitionNamePattern = regexp.MustCompile(`^(.+)_p(\d+)_(\d+)$`)
-
-// partitionOfName reads a partition's bounds from its name.
-func partitionOfName(table, name string) (Partition, bool) {
-	m := partitionNamePattern.FindStringSubmatch(name)
-	if m == nil || m[1] != table {
-		return Partition{}, false
-	}
-	from, _ := strconv.ParseInt(m[2], 10, 64)
-	to, _ := strconv.ParseInt(m[3], 10, 64)
-	p := Partition{Table: table, Name: name, To: time.Unix(to, 0).UTC()}
-	if from > 0 {
-		p.From = time.Unix(from, 0).UTC()
-	}
-	return p, true
 }
 
 // The retention lock keeps retention passes of several processes apart. It is named after the
