@@ -17,13 +17,25 @@ import (
 // the relay has wholly passed is detached and dropped: its space goes back at once, and the hot
 // path never deletes. The events table, not the outbox, is the durable history.
 
-// OutboxPartitionWidth is the time one outbox partition covers. Rows are relayed within seconds,
+// OutboxPartitionWidth is the widest an outbox partition is. Rows are relayed within seconds,
 // so the outbox needs no partition of the retention's width (days): it holds about one width of
 // rows before the rotation drops them (at the relay's measured 900 messages a second, half a
-// million rows), and with the default ahead (an hour) a poll of the relay walks seven or eight
-// partitions. A minute-wide partition would hold less but make the relay's every poll walk
-// sixty; the relay's query cannot prune partitions (it selects on transaction ids, not times).
+// million rows), and with the default ahead a poll of the relay walks five or six partitions. A
+// minute-wide partition would hold less but make the relay's every poll walk more of them; the
+// relay's query cannot prune partitions (it selects on transaction ids, not times). Under a
+// narrower retention.partition (compressed time: seconds) the outbox takes that width, so that
+// it holds seconds of rows, not ten minutes of them beside a hot store of seconds.
 const OutboxPartitionWidth = 10 * time.Minute
+
+// OutboxRotationInterval is how often the relay rotates the outbox under cfg: twice in the width
+// of its partitions, at least a second and at most a minute apart.
+func OutboxRotationInterval(cfg PartitionConfig) time.Duration {
+	width := OutboxPartitionWidth
+	if cfg.Width > 0 {
+		width = min(width, cfg.Width)
+	}
+	return min(max(width/2, time.Second), time.Minute)
+}
 
 func init() {
 	for shard := range OutboxShards {

@@ -505,20 +505,51 @@ func TestOutboxPartitioningKeepsRowsAndOffsets(t *testing.T) {
 }
 
 // TestOutboxPartitionsHaveTheirOwnWidth: the partitions made for the ledger's tables at a width
-// of an hour are, for the outbox, of its own width, and still cover the hour ahead.
+// of an hour are, for the outbox, of its own width (ten minutes), and cover the default ahead of
+// that width; under a narrower width (compressed time) the outbox takes it, with as few
+// partitions ahead as the history, so that it keeps seconds of rows, not ten minutes of them.
 func TestOutboxPartitionsHaveTheirOwnWidth(t *testing.T) {
 	t.Parallel()
 	b := setup(t) // partitions of an hour, as pgtest makes them
-	parts, err := postgres.Partitions(context.Background(), b.schema.Pool, outboxTable)
+	ctx := context.Background()
+	parts, err := postgres.Partitions(ctx, b.schema.Pool, outboxTable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(parts) < 3 || parts[len(parts)-1].To.Before(time.Now().Add(time.Hour)) {
-		t.Fatalf("outbox partitions %v do not cover the hour ahead", parts)
+	if len(parts) < 3 || parts[len(parts)-1].To.Before(time.Now().Add(3*postgres.OutboxPartitionWidth)) {
+		t.Fatalf("outbox partitions %v do not cover three widths ahead", parts)
 	}
 	for _, p := range parts[2:] { // the first two end on the migration's and the width's bounds
 		if w := p.To.Sub(p.From); w != postgres.OutboxPartitionWidth {
 			t.Errorf("outbox partition %s is %s wide, want %s", p.Name, w, postgres.OutboxPartitionWidth)
 		}
+	}
+	if got := postgres.OutboxRotationInterval(postgres.PartitionConfig{Width: 24 * time.Hour}); got != time.Minute {
+		t.Errorf("rotation every %s under day-wide partitions, want a minute", got)
+	}
+
+	// Narrower: the retention's 2 s partitions. The partitions cut ahead of the last hour-wide
+	// one follow from its bound, so cut them from a time past it.
+	last := parts[len(parts)-1].To
+	created, err := postgres.EnsurePartitions(ctx, b.schema.Pool, postgres.PartitionConfig{Width: 2 * time.Second}, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox := 0
+	for _, p := range created {
+		if p.Table != outboxTable {
+			continue
+		}
+		outbox++
+		if w := p.To.Sub(p.From); w != 2*time.Second {
+			t.Errorf("outbox partition %s is %s wide under 2s partitions, want 2s", p.Name, w)
+		}
+	}
+	// Three widths and half a minute ahead of the time given: 18 partitions.
+	if outbox != 18 {
+		t.Errorf("cut %d outbox partitions of 2s ahead, want 18", outbox)
+	}
+	if got := postgres.OutboxRotationInterval(postgres.PartitionConfig{Width: 2 * time.Second}); got != time.Second {
+		t.Errorf("rotation every %s under 2s partitions, want every second", got)
 	}
 }

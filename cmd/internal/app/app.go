@@ -397,7 +397,7 @@ func (a *App) Run(ctx context.Context) error {
 		// Relayed outbox rows leave by whole partitions; every relay runs the rotation, one at a
 		// time (they share the partition maintenance's lock).
 		start("outbox rotation", func(ctx context.Context) error {
-			return postgres.RotateOutboxEvery(ctx, a.pool, time.Minute, a.logger.With("role", "relay"))
+			return postgres.RotateOutboxEvery(ctx, a.pool, postgres.OutboxRotationInterval(a.partitionConfig()), a.logger.With("role", "relay"))
 		})
 	}
 	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {
