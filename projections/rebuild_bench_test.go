@@ -35,7 +35,7 @@ deliveries AS (
 )
 INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
 SELECT x.id, 'tenant-' || (x.d % 10), s.version, s.type,
-	x.id || CASE s.type
+	CASE s.type
 		WHEN 'delivery.accepted' THEN '/accepted'
 		WHEN 'delivery.queued' THEN '/queued/' || (s.version / 3 + 1)
 		WHEN 'delivery.attempt_started' THEN '/attempt/' || (s.version / 3) || '/started'

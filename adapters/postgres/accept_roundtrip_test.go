@@ -153,7 +153,7 @@ func TestGroupCommitOfNewAcceptsCostsOneRoundTrip(t *testing.T) {
 	}
 	var txs, events int
 	if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT transaction_id), count(*) FROM events
-		WHERE idempotency_key = ANY($1)`, eventKeys(batch[:4])).Scan(&txs, &events); err != nil {
+		WHERE delivery_id::text || idempotency_key = ANY($1)`, eventKeys(batch[:4])).Scan(&txs, &events); err != nil {
 		t.Fatal(err)
 	}
 	if txs != 1 || events != 4*len(batch[0].Events) {

@@ -289,7 +289,11 @@ func (b *AppendBatcher) answerConflicts(calls []*appendCall, err error) (rest []
 			ids, versions, keys = append(ids, e.DeliveryID), append(versions, int32(e.Version)), append(keys, e.Key)
 		}
 	}
-	rows, qerr := b.store.pool.Query(context.Background(), eventsTaken, ids, versions, keys)
+	stored, kerr := keysStored(ids, keys)
+	if kerr != nil {
+		return nil, false
+	}
+	rows, qerr := b.store.pool.Query(context.Background(), eventsTaken, ids, versions, stored)
 	if qerr != nil {
 		return nil, false
 	}
@@ -301,7 +305,7 @@ func (b *AppendBatcher) answerConflicts(calls []*appendCall, err error) (rest []
 			rows.Close()
 			return nil, false
 		}
-		takenSlots[s], takenKeys[key] = true, true
+		takenSlots[s], takenKeys[keyLoaded(s.id, key)] = true, true
 	}
 	if rows.Err() != nil {
 		return nil, false

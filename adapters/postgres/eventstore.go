@@ -26,7 +26,8 @@ import (
 
 // EventStore is the PostgreSQL event store. Unique constraints decide conflicts: (delivery_id,
 // version) for optimistic concurrency, (idempotency_key, delivery_id) for dedupe (every key names
-// its delivery, so the pair is as unique as the key: migration 0019).
+// its delivery, so the pair is as unique as the key: migration 0019; the key is kept without the
+// delivery's id it begins with, keyStored).
 type EventStore struct {
 	pool *pgxpool.Pool
 	// IdempotencyWindow, when set, is how long a tenant's accept answers count (retention.keep;
@@ -301,7 +302,11 @@ func appendEvents(ctx context.Context, tx execer, events []domain.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, eventsAppend, eventColumnsOf(events)...); err != nil {
+	columns, err := eventColumnsOf(events)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, eventsAppend, columns...); err != nil {
 		return err
 	}
 	if err := writeDue(ctx, tx, events); err != nil {
@@ -315,7 +320,7 @@ func appendEvents(ctx context.Context, tx execer, events []domain.Event) error {
 // transactions that insert rows of the same deliveries (a batch of worker records and a batch of
 // the relay's queued records, say) wait for each other in one direction only and never deadlock:
 // a deadlock costs a second (PostgreSQL's deadlock_timeout) before one of them is cancelled.
-func eventColumnsOf(events []domain.Event) []any {
+func eventColumnsOf(events []domain.Event) ([]any, error) {
 	events = slices.Clone(events)
 	slices.SortStableFunc(events, func(a, b domain.Event) int {
 		if c := strings.Compare(a.DeliveryID, b.DeliveryID); c != 0 {
@@ -327,10 +332,14 @@ func eventColumnsOf(events []domain.Event) []any {
 	ids, tenants, types, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	versions, data, times := make([]int32, n), make([]string, n), make([]time.Time, n)
 	for i, e := range events {
+		key, err := keyStored(e.DeliveryID, e.Key)
+		if err != nil {
+			return nil, err
+		}
 		ids[i], tenants[i], versions[i], types[i] = e.DeliveryID, e.Tenant, int32(e.Version), string(e.Type)
-		keys[i], data[i], times[i] = e.Key, string(e.Data), e.RecordedAt
+		keys[i], data[i], times[i] = key, string(e.Data), e.RecordedAt
 	}
-	return []any{ids, tenants, versions, types, keys, data, times}
+	return []any{ids, tenants, versions, types, keys, data, times}, nil
 }
 
 // translate maps a failed append to the commands' errors: a unique violation is a duplicate when
@@ -347,8 +356,12 @@ func (s *EventStore) translate(ctx context.Context, err error, events []domain.E
 	for i, e := range events {
 		keys[i], ids[i] = e.Key, e.DeliveryID
 	}
+	stored, kerr := keysStored(ids, keys)
+	if kerr != nil { // the append could not have been sent
+		return kerr
+	}
 	var existing int
-	if qerr := s.pool.QueryRow(ctx, eventsExistingKeys, keys, ids).Scan(&existing); qerr != nil {
+	if qerr := s.pool.QueryRow(ctx, eventsExistingKeys, stored, ids).Scan(&existing); qerr != nil {
 		return fmt.Errorf("append to %s: %w (checking keys: %v)", events[0].DeliveryID, commands.ErrVersionConflict, qerr)
 	}
 	if existing == len(events) {
@@ -458,7 +471,11 @@ func (s *EventStore) AppendEach(ctx context.Context, events []domain.Event) (int
 	if len(events) == 0 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, eventsAppendEach, eventColumnsOf(events)...)
+	columns, err := eventColumnsOf(events)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, eventsAppendEach, columns...)
 	if err != nil {
 		return 0, fmt.Errorf("append %d events: %w", len(events), err)
 	}
@@ -469,6 +486,7 @@ func scanEvent(row pgx.CollectableRow) (domain.Event, error) {
 	var e domain.Event
 	var typ string
 	err := row.Scan(&e.DeliveryID, &e.Tenant, &e.Version, &typ, &e.Key, &e.Data, &e.RecordedAt, &e.Position)
+	e.Key = keyLoaded(e.DeliveryID, e.Key)
 	e.Type = domain.EventType(typ)
 	e.RecordedAt = e.RecordedAt.UTC()
 	return e, err

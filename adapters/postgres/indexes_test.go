@@ -105,7 +105,7 @@ func TestEventsIndexesAreTheJustifiedOnes(t *testing.T) {
 // eventsIndexesFill writes 2,000 deliveries' histories of four events each, an SMS's up to its
 // provider's acceptance, in three tenants, and analyzes the table.
 const eventsIndexesFill = `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-SELECT overlay(md5(i::text) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid, 't' || i % 3, v.version, v.type, overlay(md5(i::text) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid::text || '/' || v.key,
+SELECT overlay(md5(i::text) placing lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint), 12, '0') || '7' from 1 for 13)::uuid, 't' || i % 3, v.version, v.type, '/' || v.key,
        CASE v.version WHEN 1 THEN jsonb_build_object('notification_id', 'n' || i, 'channel', 'sms')
                       WHEN 4 THEN jsonb_build_object('attempt', 1, 'provider', 'twilio', 'provider_operation_id', 'SM' || i)
                       ELSE '{"attempt": 1}' END,

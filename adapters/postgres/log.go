@@ -102,6 +102,7 @@ func scanLogged(rows pgx.CollectableRow) (projections.LoggedEvent, error) {
 	if err != nil {
 		return le, err
 	}
+	le.Key = keyLoaded(le.DeliveryID, le.Key)
 	le.Type = domain.EventType(typ)
 	le.RecordedAt = le.RecordedAt.UTC()
 	le.At.Position = le.Position

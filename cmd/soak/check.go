@@ -445,7 +445,9 @@ func explain(v *verdict, ev evidence, h *history, k attemptKey, from, to time.Ti
 // checkLog runs check 4 and counts the streams: no idempotency key twice in the log, and exactly
 // one stream per accepted key.
 func checkLog(ctx context.Context, v *verdict, pool *pgxpool.Pool, ids map[string]string) {
-	rows, err := pool.Query(ctx, `SELECT idempotency_key, count(*) FROM events GROUP BY idempotency_key HAVING count(*) > 1 ORDER BY 1 LIMIT 10`)
+	// The key is stored without the delivery id it begins with (migration 0024): unique with it.
+	rows, err := pool.Query(ctx, `SELECT delivery_id::text || idempotency_key, count(*) FROM events
+		GROUP BY delivery_id, idempotency_key HAVING count(*) > 1 ORDER BY 1 LIMIT 10`)
 	if err != nil {
 		v.fail("check idempotency keys: %v", err)
 		return

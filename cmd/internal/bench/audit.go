@@ -21,7 +21,7 @@ import (
 // SELECT. Delivery i's id is auditDeliveryID's: a version 7 UUID of accept time $3 + i ms, so
 // that it has its partition of events (migration 0019).
 var benchAuditGenerate = strings.ReplaceAll(`INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-SELECT d.id, 'bench', v.version, v.type, d.id::text || '/' || v.key, v.data::jsonb,
+SELECT d.id, 'bench', v.version, v.type, '/' || v.key, v.data::jsonb,
        to_timestamp(($3::bigint + i) / 1000.0)
 FROM generate_series($1::int, $2::int) AS i
 CROSS JOIN LATERAL (SELECT overlay(md5(i::text) PLACING lpad(to_hex($3::bigint + i), 12, '0') || '7' FROM 1 FOR 13)::uuid AS id) AS d

@@ -426,7 +426,7 @@ func benchPostgres(ctx context.Context, url string, c int, d time.Duration) (flo
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO events (delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
 			VALUES ($1, 'bench', 1, 'delivery.accepted', $2, $3, now())`,
-			id, id.String()+"/accepted", baselineData); err != nil {
+			id, "/accepted", baselineData); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO watermill_ledger_outbox (uuid, payload, metadata, transaction_id)
