@@ -264,7 +264,7 @@ func (b *AppendBatcher) write(calls []*appendCall) (err error) {
 
 // eventsTaken finds which of the given stream versions and idempotency keys are recorded: two
 // index lookups (an OR across them would be a scan of the whole table). A key is looked up with
-// its event's delivery, the events' unique key (idempotency_key, delivery_id).
+// its event's delivery, the events' unique key (delivery_id, idempotency_key).
 const eventsTaken = `SELECT e.delivery_id::text, e.version, e.idempotency_key
 FROM unnest($1::uuid[], $2::int[]) AS s(id, version)
 JOIN events e ON e.delivery_id = s.id AND e.version = s.version

@@ -25,7 +25,7 @@ import (
 )
 
 // EventStore is the PostgreSQL event store. Unique constraints decide conflicts: (delivery_id,
-// version) for optimistic concurrency, (idempotency_key, delivery_id) for dedupe (every key names
+// version) for optimistic concurrency, (delivery_id, idempotency_key) for dedupe (every key names
 // its delivery, so the pair is as unique as the key: migration 0019; the key is kept without the
 // delivery's id it begins with, keyStored).
 type EventStore struct {

@@ -7,7 +7,7 @@ import (
 )
 
 // Every idempotency key the domain makes begins with its delivery's id ("<id>/attempt/1/started",
-// domain.KeyAttemptStarted), and the events' unique key is (idempotency_key, delivery_id): the id
+// domain.KeyAttemptStarted), and the events' unique key is (delivery_id, idempotency_key): the id
 // was kept twice in each row and in each entry of the key's index, 36 of a key's ~50 bytes, four
 // times a delivery. The store keeps a key without it, from its "/" on (migration 0024), and puts
 // it back as it loads the event; a key that does not begin with its delivery's id is kept whole.

@@ -46,6 +46,9 @@ const (
 	// dropped just after its archived_at, outside the transaction that sets it; a second counts
 	// as archiving until that long after it.
 	retentionDropSlack = time.Second
+	// retentionSampleSlack: the accepts waiting on a sample's queries are answered just after
+	// they end.
+	retentionSampleSlack = 200 * time.Millisecond
 	// retentionWarmUp seconds at the start are left out of the accept's latencies: a new
 	// ledger opens its connections in its first second.
 	retentionWarmUp = 2
@@ -119,6 +122,9 @@ type RetentionSample struct {
 	ArchivedDeliveries int64 `json:"archived_deliveries"`
 	// Accepted is how many accepts had been answered by then.
 	Accepted int64 `json:"accepted"`
+	// TookSeconds is how long the sample's queries took (their count(*) over events read every
+	// hot row): the seconds they overlap are the bench's load, left out of the figures.
+	TookSeconds float64 `json:"took_s"`
 }
 
 // RetentionSecond is the accept's latency in one second of the run (from each request's
@@ -134,6 +140,9 @@ type RetentionSecond struct {
 	// multiple of the width (the defaults), partitions leave at boundaries too: the seconds at
 	// a boundary without a partition leaving tell the two apart.
 	Boundary bool `json:"boundary"`
+	// Sampling: the phase's own sample ran in the second (RetentionSample.TookSeconds); the
+	// second counts neither during nor outside the archive.
+	Sampling bool `json:"sampling,omitempty"`
 }
 
 // retentionSizesGet sums what the schema keeps, the outbox's part (its shards' tables and
@@ -286,6 +295,7 @@ func retentionSamples(ctx context.Context, env *benchEnv, dir string, origin tim
 		if s.ArchiveBytes, s.ArchiveFiles, err = dirBytes(dir); err != nil {
 			return fmt.Errorf("archive size: %w", err)
 		}
+		s.TookSeconds = time.Since(origin).Seconds() - s.AtSeconds
 		res.Samples = append(res.Samples, s)
 	}
 	return nil
@@ -340,7 +350,8 @@ func retentionWindows(ctx context.Context, pool *pgxpool.Pool) ([]retentionWindo
 
 // retentionSeconds fills res.Seconds from the latencies of each second since origin, tagged
 // archiving when the second overlaps a window, and returns the latencies of the seconds during
-// and outside the windows (sorted), the warm-up left out.
+// and outside the windows (sorted), the warm-up and the seconds of the phase's own samples left
+// out.
 func retentionSeconds(res *RetentionResult, seconds [][]float64, origin time.Time, width time.Duration, windows []retentionWindow) (during, outside, boundary []float64) {
 	for s, lat := range seconds {
 		if len(lat) == 0 {
@@ -349,14 +360,19 @@ func retentionSeconds(res *RetentionResult, seconds [][]float64, origin time.Tim
 		from := origin.Add(time.Duration(s) * time.Second)
 		to := from.Add(time.Second)
 		archiving := slices.ContainsFunc(windows, func(w retentionWindow) bool { return w.from.Before(to) && w.to.After(from) })
+		sampling := slices.ContainsFunc(res.Samples, func(x RetentionSample) bool {
+			start := origin.Add(time.Duration(x.AtSeconds * float64(time.Second)))
+			end := start.Add(time.Duration(x.TookSeconds*float64(time.Second)) + retentionSampleSlack)
+			return start.Before(to) && end.After(from)
+		})
 		// The boundary at or after from, in the epoch's multiples of width, is before to.
 		w := width.Milliseconds()
 		atBoundary := (from.UnixMilli()+w-1)/w*w < to.UnixMilli()
 		sorted := slices.Clone(lat)
 		sort.Float64s(sorted)
 		res.Seconds = append(res.Seconds, RetentionSecond{Second: s, Accepts: len(sorted), P50: percentile(sorted, .5), P99: percentile(sorted, .99),
-			Archiving: archiving, Boundary: atBoundary})
-		if s < retentionWarmUp {
+			Archiving: archiving, Boundary: atBoundary, Sampling: sampling})
+		if s < retentionWarmUp || sampling {
 			continue
 		}
 		switch {
@@ -480,13 +496,17 @@ func retentionFigures(rep *Report, res *RetentionResult, during, outside, bounda
 		rep.BytesPerDelivery["retention_hot_with_outbox"] = perAll
 		rep.BytesPerDelivery["retention_hot_without_partitions_ahead"] = perLive
 	}
-	seconds := 0
+	seconds, sampling := 0, 0
 	for _, s := range res.Seconds {
 		if s.Archiving {
 			seconds++
 		}
+		if s.Sampling {
+			sampling++
+		}
 	}
 	rep.Counts["retention_seconds_archiving"], rep.Counts["retention_seconds"] = seconds, len(res.Seconds)
+	rep.Counts["retention_seconds_sampling"] = sampling
 	rep.LatencyMS["retention_accept_p99_at_boundaries_outside_archive"] = percentile(boundary, .99)
 	rep.LatencyMS["retention_accept_p50_during_archive"], rep.LatencyMS["retention_accept_p99_during_archive"] = percentile(during, .5), percentile(during, .99)
 	rep.LatencyMS["retention_accept_p50_outside_archive"], rep.LatencyMS["retention_accept_p99_outside_archive"] = percentile(outside, .5), percentile(outside, .99)
@@ -515,10 +535,10 @@ func retentionPrint(res *RetentionResult, rep *Report, out io.Writer) {
 		r["retention_size_max_over_min"], within(r["retention_size_max_over_min"]), r["retention_size_max_over_min_without_outbox"], within(r["retention_size_max_over_min_without_outbox"]))
 	benchLog(out, "retention: bytes per hot delivery %.0f (target <= %d), %.0f with the outbox, %.0f without the empty partitions ahead; archive bytes per delivery %.0f",
 		b["retention_hot"], retentionHotTarget, b["retention_hot_with_outbox"], b["retention_hot_without_partitions_ahead"], b["retention_archive"])
-	benchLog(out, "retention: accept p99 while a partition leaves %.2f ms (%d s), outside %.2f ms, %.2fx (<= %.2f); p50 %.2f / %.2f ms; p99 in the seconds of a partition boundary when none leaves %.2f ms",
+	benchLog(out, "retention: accept p99 while a partition leaves %.2f ms (%d s), outside %.2f ms, %.2fx (<= %.2f); p50 %.2f / %.2f ms; p99 in the seconds of a partition boundary when none leaves %.2f ms; %d s of the phase's own samples left out",
 		l["retention_accept_p99_during_archive"], rep.Counts["retention_seconds_archiving"], l["retention_accept_p99_outside_archive"],
 		r["retention_accept_p99_during_vs_outside"], retentionAcceptTarget, l["retention_accept_p50_during_archive"], l["retention_accept_p50_outside_archive"],
-		l["retention_accept_p99_at_boundaries_outside_archive"])
+		l["retention_accept_p99_at_boundaries_outside_archive"], rep.Counts["retention_seconds_sampling"])
 	if len(res.Tables) > 0 {
 		benchLog(out, "retention: bytes per hot delivery at the end, by table: %s", sizesLine(res.Tables))
 		benchLog(out, "retention: events bytes per hot delivery, by part: %s", sizesLine(res.EventsParts))

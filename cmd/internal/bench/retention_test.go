@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchRetentionPhase runs the retention phase's quick variant (keep 6 s, partitions of 2 s,
@@ -65,5 +67,29 @@ func TestBenchRetentionPhase(t *testing.T) {
 	}
 	if !strings.Contains(out, "accept p99 while a partition leaves") {
 		t.Fatalf("no retention line in\n%s", out)
+	}
+}
+
+// TestRetentionSecondsLeaveTheSamplesOut: a second in which the phase's own sample ran counts
+// neither during nor outside the archive, so the sample's count(*) over events is not charged to
+// the ledger.
+func TestRetentionSecondsLeaveTheSamplesOut(t *testing.T) {
+	origin := time.UnixMilli(1_000_000_000_500) // between boundaries of a 10 s width
+	seconds := make([][]float64, retentionWarmUp+6)
+	for s := range seconds {
+		seconds[s] = []float64{float64(s)}
+	}
+	w := retentionWarmUp
+	res := &RetentionResult{Samples: []RetentionSample{{AtSeconds: float64(w + 1), TookSeconds: 0.3}}}
+	windows := []retentionWindow{{from: origin.Add(time.Duration(w+4) * time.Second), to: origin.Add(time.Duration(w+5)*time.Second - time.Millisecond)}}
+	during, outside, _ := retentionSeconds(res, seconds, origin, 10*time.Second, windows)
+	if len(during) != 1 || during[0] != float64(w+4) {
+		t.Fatalf("during %v, want [%d]", during, w+4)
+	}
+	if slices.Contains(outside, float64(w+1)) || !slices.Contains(outside, float64(w)) || !slices.Contains(outside, float64(w+2)) {
+		t.Fatalf("outside %v: want second %d (the sample's) left out and %d, %d in", outside, w+1, w, w+2)
+	}
+	if !res.Seconds[w+1].Sampling || res.Seconds[w].Sampling {
+		t.Fatalf("seconds %+v: only %d is tagged sampling", res.Seconds, w+1)
 	}
 }
