@@ -105,6 +105,8 @@ type Archive interface {
 	Keep(ctx context.Context, seg Segment, events func(emit func(projections.LoggedEvent) error) error) (Archived, error)
 	// Compare reads segment id beside the events read again, and fails at the first that differs.
 	Compare(ctx context.Context, id string, events func(emit func(projections.LoggedEvent) error) error) error
+	// Discard sets segment id aside, so that the next Keep of its id writes it afresh.
+	Discard(ctx context.Context, id string) error
 }
 
 // Observer hears what a pass did, for metrics.
@@ -416,6 +418,12 @@ func (p *Pass) archive(ctx context.Context, part Partition, terminal []domain.Ev
 	}
 	checked := time.Now()
 	if err != nil {
+		// The partition goes back to the hot store, where a late receipt or a replay may add
+		// to it: a segment kept now would never match it again, and Keep answers a kept one as
+		// it is. The next pass writes it afresh.
+		if derr := p.Archive.Discard(ctx, part.Name); derr != nil {
+			err = errors.Join(err, fmt.Errorf("discard the segment: %w", derr))
+		}
 		return false, fmt.Errorf("%w: %w", ErrCheckFailed, err)
 	}
 	counters, err := p.Store.Counters(ctx, part, func(t domain.EventType) (domain.State, bool) {

@@ -120,4 +120,10 @@ type Store interface {
 	// returned; a file that does not match its manifest (seen once every line is read) returns
 	// an error wrapping ErrCheckFailed.
 	Lines(ctx context.Context, id string, fn func(Line) error) error
+	// Discard moves a segment aside: it is no longer listed, read or answered as kept, and a
+	// Put of its id writes it afresh; its files stay, renamed, for an operator to inspect. The
+	// retention pass discards a segment that did not match the rows it was read from, since the
+	// partition goes back to the hot store, where it may change before it leaves again. A
+	// segment that does not exist is no error.
+	Discard(ctx context.Context, id string) error
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -350,6 +351,29 @@ func (d *Dir) Manifests(ctx context.Context) ([]Manifest, error) {
 		return ms, fmt.Errorf("list segments: %w", errors.Join(damaged...))
 	}
 	return ms, nil
+}
+
+// discardedSuffix ends the names of a discarded segment's files (Discard), after the time it was
+// discarded: neither a manifest's nor a data file's name, so no list or read finds them.
+const discardedSuffix = ".discarded"
+
+// Discard implements Store: the manifest is renamed first, so that a crash between the two
+// renames leaves a data file without a manifest, which a Put of the id replaces.
+func (d *Dir) Discard(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stamp := "." + strconv.FormatInt(d.clock().UnixNano(), 10) + discardedSuffix
+	for _, name := range []string{id + manifestSuffix, id + dataSuffix} {
+		from := filepath.Join(d.Root, name)
+		if err := os.Rename(from, from+stamp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("discard segment %s: %w", id, err)
+		}
+	}
+	if err := syncDir(d.Root); err != nil {
+		return fmt.Errorf("discard segment %s: %w", id, err)
+	}
+	return nil
 }
 
 // Verify implements Store.

@@ -33,6 +33,9 @@ func (r ForRetention) Keep(ctx context.Context, seg retention.Segment, events fu
 	return retention.Archived{Events: m.Events, Deliveries: m.Deliveries, Bytes: m.Bytes, File: m.File, Manifest: raw}, nil
 }
 
+// Discard is Store.Discard.
+func (r ForRetention) Discard(ctx context.Context, id string) error { return r.Store.Discard(ctx, id) }
+
 // Compare is CompareRows.
 func (r ForRetention) Compare(ctx context.Context, id string, events func(emit func(projections.LoggedEvent) error) error) error {
 	return CompareRows(ctx, r.Store, id, events)

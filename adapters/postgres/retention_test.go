@@ -67,7 +67,12 @@ func setupRetention(t *testing.T) *retentionBundle {
 // "dead" or "retrying".
 func (b *retentionBundle) delivery(t *testing.T, tenant, end string) string {
 	t.Helper()
-	now := time.Now().UTC()
+	return b.deliveryAt(t, tenant, end, time.Now().UTC())
+}
+
+// deliveryAt is delivery accepted at now (its id's time: the partition it lands in).
+func (b *retentionBundle) deliveryAt(t *testing.T, tenant, end string, now time.Time) string {
+	t.Helper()
 	id := commands.DeliveryID(commands.NotificationID(tenant, t.Name()+end+now.String()), commands.Recipient{Channel: "webhook", Recipient: "http://127.0.0.1:9/" + end}, now)
 	d, events, err := domain.Accept(domain.AcceptSpec{ID: id, Tenant: tenant, Channel: "webhook",
 		Recipient: "http://127.0.0.1:9/" + end, Payload: json.RawMessage(`{"n":1}`), Priority: domain.PriorityNormal, MaxAttempts: 3}, now)
@@ -298,17 +303,33 @@ func TestRetentionDropsNothingWhenTheArchiveDoesNotMatchTheRows(t *testing.T) {
 	if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM archive_segments`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("segment rows: %d (%v)", n, err)
 	}
-	// With an archive that reads true, the next round moves it (the manifest from the failed
-	// round is reused: it was checked against the events Put was given).
+	// The failed segment is set aside: nothing lists it, and its files stay for inspection.
+	if ms, err := b.dir.Manifests(ctx); err != nil || len(ms) != 0 {
+		t.Fatalf("after a failed check the archive lists %v (%v), want nothing", ms, err)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(b.dir.Root, part+".*.discarded")); len(aside) != 2 {
+		t.Fatalf("the failed segment's files set aside: %v, want its manifest and data", aside)
+	}
+	// Back in the hot store the partition changes (a delivery of its time arrives: a late
+	// receipt or a replay would do the same); the next round must archive what it holds now.
+	late := b.deliveryAt(t, "acme", "delivered", t0)
+	if b.partitionOf(t, late) != part {
+		t.Fatalf("the late delivery is in %s, not %s", b.partitionOf(t, late), part)
+	}
 	b.pass.Archive = archive.ForRetention{Store: b.dir}
 	if _, err := b.round(t); err != nil {
 		t.Fatalf("round after the fix: %v", err)
 	}
-	if _, err := b.store.Load(ctx, id); !errors.As(err, new(*commands.ArchivedError)) {
-		t.Fatalf("load after the fix: %v", err)
+	for _, d := range []string{id, late} {
+		if _, err := b.store.Load(ctx, d); !errors.As(err, new(*commands.ArchivedError)) {
+			t.Fatalf("load of %s after the fix: %v", d, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(b.dir.Root, part+".manifest.json")); err != nil {
 		t.Fatal(err)
+	}
+	if ms, err := b.dir.Manifests(ctx); err != nil || len(ms) != 1 || ms[0].Deliveries != 2 {
+		t.Fatalf("the archive after the fix: %+v (%v), want one segment of both deliveries", ms, err)
 	}
 }
 
