@@ -189,7 +189,8 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 	if err != nil {
 		return AcceptResult{}, err
 	}
-	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now}
+	// In UTC: the stored answer keeps the instant, and a repeat reads it back in UTC.
+	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now.UTC()}
 	if scheduled {
 		sendAt := cmd.SendAt.UTC()
 		result.SendAt = &sendAt
@@ -257,9 +258,9 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
 			State: domain.StateAccepted})
 	}
-	response, err := json.Marshal(result)
+	response, err := EncodeAcceptAnswer(result)
 	if err != nil {
-		return AcceptResult{}, fmt.Errorf("encode accept result: %w", err)
+		return AcceptResult{}, err
 	}
 	rec.Response = response
 	stored, replayed, err := h.store.RecordAccept(ctx, rec)
@@ -267,9 +268,10 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		return AcceptResult{}, err
 	}
 	if replayed {
-		var earlier AcceptResult
-		if err := json.Unmarshal(stored, &earlier); err != nil {
-			return AcceptResult{}, fmt.Errorf("decode stored accept result: %w", err)
+		// Compact, or the JSON of an answer stored before the compact form.
+		earlier, err := DecodeAcceptAnswer(stored)
+		if err != nil {
+			return AcceptResult{}, fmt.Errorf("stored answer of %s/%s: %w", cmd.Tenant, cmd.RequestKey, err)
 		}
 		earlier.Replayed = true
 		return earlier, nil

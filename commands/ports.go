@@ -92,7 +92,9 @@ type AcceptRecord struct {
 	PayloadApart bool
 	Events       []domain.Event
 	Outbox       []OutboxMessage
-	// Response is the answer to store and to give again to a repeat of the same request.
+	// Response is the answer to store and to give again to a repeat of the same request, as
+	// EncodeAcceptAnswer gives it (DecodeAcceptAnswer reads it). The store keeps its bytes as
+	// they are.
 	Response []byte
 }
 

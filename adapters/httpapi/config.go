@@ -152,7 +152,8 @@ type Views interface {
 }
 
 // RequestLookup returns the stored answer of the accept request a tenant made under an
-// Idempotency-Key, or commands.ErrNotFound. postgres.EventStore implements it.
+// Idempotency-Key, as stored (commands.DecodeAcceptAnswer reads it), or commands.ErrNotFound.
+// postgres.EventStore implements it.
 type RequestLookup interface {
 	RequestLookup(ctx context.Context, tenant, requestKey string) ([]byte, error)
 }

@@ -144,9 +144,9 @@ func (s *server) requestAnswer(w http.ResponseWriter, r *http.Request, tenant st
 	if err != nil {
 		return err
 	}
-	var res commands.AcceptResult
-	if err := json.Unmarshal(stored, &res); err != nil {
-		return fmt.Errorf("decode stored accept answer: %w", err)
+	res, err := commands.DecodeAcceptAnswer(stored)
+	if err != nil {
+		return fmt.Errorf("stored answer of request %s: %w", key, err)
 	}
 	s.writeJSON(w, r, http.StatusOK, newNotificationAccepted(res))
 	return nil

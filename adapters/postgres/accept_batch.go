@@ -116,7 +116,7 @@ CROSS JOIN LATERAL (SELECT * FROM accept_requests r WHERE r.tenant = u.tenant AN
   AND r.created_at >= u.since ORDER BY r.created_at DESC LIMIT 1) AS r`
 
 const acceptRequestPutMany = `INSERT INTO accept_requests (tenant, request_key, request_hash, response)
-SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[])`
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[])`
 
 func acceptLockKey(tenant, key string) string {
 	return strconv.Itoa(len(tenant)) + ":" + tenant + "/" + key
@@ -237,8 +237,8 @@ func (b *AcceptBatcher) commitChecked(ctx context.Context, calls []*acceptCall) 
 
 	seen := map[string]bool{}
 	var payloads payloadRows
-	var newTenants, newKeys, newResponses []string
-	var newHashes [][]byte
+	var newTenants, newKeys []string
+	var newHashes, newResponses [][]byte
 	var events = calls[0].rec.Events[:0:0]
 	var outbox []commands.OutboxMessage
 	for i, c := range calls {
@@ -263,7 +263,7 @@ func (b *AcceptBatcher) commitChecked(ctx context.Context, calls []*acceptCall) 
 			newTenants = append(newTenants, c.rec.Tenant)
 			newKeys = append(newKeys, c.rec.RequestKey)
 			newHashes = append(newHashes, c.rec.RequestHash)
-			newResponses = append(newResponses, string(c.rec.Response))
+			newResponses = append(newResponses, c.rec.Response)
 		}
 		seen[k] = true
 	}

@@ -99,7 +99,7 @@ func TestNewAcceptCostsOneRoundTrip(t *testing.T) {
 
 	rec.Response = []byte(`{"n":2}`)
 	n := counter.during(func() { resp, replayed, err = store.RecordAccept(ctx, rec) })
-	if err != nil || !replayed || string(resp) != `{"n": 1}` {
+	if err != nil || !replayed || string(resp) != `{"n":1}` {
 		t.Fatalf("repeat: %s %v %v, want the stored answer", resp, replayed, err)
 	}
 	t.Logf("a repeated accept cost %d exchanges", n)
@@ -171,7 +171,7 @@ func TestGroupCommitOfNewAcceptsCostsOneRoundTrip(t *testing.T) {
 	if a := answers[0]; a.Err != nil || a.Replayed || string(a.Response) != `{"c":0}` {
 		t.Fatalf("new request c0: %+v", a)
 	}
-	if a := answers[1]; a.Err != nil || !a.Replayed || string(a.Response) != `{"b": 1}` {
+	if a := answers[1]; a.Err != nil || !a.Replayed || string(a.Response) != `{"b":1}` {
 		t.Fatalf("repeat of b1: %+v, want the stored answer", a)
 	}
 	if a := answers[2]; !errors.Is(a.Err, commands.ErrRequestMismatch) {
@@ -230,7 +230,7 @@ func TestNewAcceptInFlightOnPreparedConnections(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("first request: %v", err)
 	}
-	if resp, replayed, err := store.RecordAccept(ctx, rec); err != nil || !replayed || string(resp) != `{"slow": 1}` {
+	if resp, replayed, err := store.RecordAccept(ctx, rec); err != nil || !replayed || string(resp) != `{"slow":1}` {
 		t.Fatalf("repeat after completion: %s %v %v", resp, replayed, err)
 	}
 }

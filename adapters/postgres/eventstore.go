@@ -559,14 +559,14 @@ type acceptWrite struct {
 // newAccepts builds the write of recs, as new requests.
 func (s *EventStore) newAccepts(ctx context.Context, recs []commands.AcceptRecord) (*acceptWrite, error) {
 	n := len(recs)
-	lockKeys, tenants, keys, responses := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	hashes := make([][]byte, n)
+	lockKeys, tenants, keys := make([]string, n), make([]string, n), make([]string, n)
+	hashes, responses := make([][]byte, n), make([][]byte, n)
 	var payloads payloadRows
 	var events []domain.Event
 	var outbox []commands.OutboxMessage
 	for i, rec := range recs {
 		lockKeys[i] = acceptLockKey(rec.Tenant, rec.RequestKey)
-		tenants[i], keys[i], hashes[i], responses[i] = rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response)
+		tenants[i], keys[i], hashes[i], responses[i] = rec.Tenant, rec.RequestKey, rec.RequestHash, rec.Response
 		apart, err := payloads.apart(rec)
 		if err != nil {
 			return nil, err
@@ -715,7 +715,7 @@ func (s *EventStore) recordAcceptChecked(ctx context.Context, rec commands.Accep
 			return err
 		}
 		payloads.write(ctx, &w)
-		_, _ = w.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, string(rec.Response))
+		_, _ = w.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, rec.Response)
 		stored = rec.Response
 		return commitWith(ctx, conn, &w)
 	}()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -956,4 +957,79 @@ func deliveryIDAt(at time.Time) string {
 		id[i] = byte(ms >> (40 - 8*i))
 	}
 	return id.String()
+}
+
+// TestAcceptAnswersAreBytesInEveryPartition: the migration that made the stored answers bytes
+// changed every partition of accept_requests that was cut before it; going back below it
+// refuses while a compact answer is held (jsonb cannot hold it, and deleting it would let a
+// repeat of its request be accepted again), and goes once only JSON answers are left.
+func TestAcceptAnswersAreBytesInEveryPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	all, err := postgres.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := 0
+	for _, m := range all {
+		if m.Name == "accept_answer_bytes" {
+			before = m.Version - 1
+		}
+	}
+	if before == 0 {
+		t.Fatal("no migration accept_answer_bytes")
+	}
+	// Partitions cut while the answers were jsonb, then the migration.
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, before, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.EnsurePartitions(ctx, b.schema.Pool, postgres.PartitionConfig{Width: time.Hour, Ahead: 3 * time.Hour}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, -1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var partitions, notBytes int
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE a.atttypid <> 'bytea'::regtype)
+		FROM pg_inherits i JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'response'
+		WHERE i.inhparent = 'accept_requests'::regclass`).Scan(&partitions, &notBytes); err != nil {
+		t.Fatal(err)
+	}
+	if partitions < 2 || notBytes != 0 {
+		t.Fatalf("%d of %d partitions of accept_requests hold the answer in another type than bytea", notBytes, partitions)
+	}
+
+	answer, err := commands.EncodeAcceptAnswer(commands.AcceptResult{NotificationID: commands.NotificationID("acme", "compact-1"),
+		AcceptedAt: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact := newAccept(t, "compact-1", "")
+	compact.Response = answer
+	if _, _, err := b.store.RecordAccept(ctx, compact); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.store.RecordAccept(ctx, newAccept(t, "json-1", `{"notification_id": "n"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, before, nil); err == nil || !strings.Contains(err.Error(), "1 answers in the compact form") {
+		t.Fatalf("migrating below the compact answers: %v, want a refusal naming them", err)
+	}
+	if v, err := postgres.SchemaVersion(ctx, b.schema.Pool); err != nil || v != all[len(all)-1].Version {
+		t.Fatalf("after the refusal the schema is at %d (%v), want %d", v, err, all[len(all)-1].Version)
+	}
+	if _, err := b.schema.Pool.Exec(ctx, `DELETE FROM accept_requests WHERE request_key = 'compact-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, before, nil); err != nil {
+		t.Fatal(err)
+	}
+	var kept string
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT response->>'notification_id' FROM accept_requests WHERE request_key = 'json-1'`).Scan(&kept); err != nil || kept != "n" {
+		t.Fatalf("the JSON answer below the migration: %q (%v)", kept, err)
+	}
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, -1, nil); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -593,7 +593,7 @@ func TestAnAcceptKeyOlderThanTheWindowIsANewRequest(t *testing.T) {
 			t.Fatalf("%T repeat after the window: replayed %v, %v", store, replayed, err)
 		}
 		got, err := b.store.RequestLookup(ctx, "acme", key)
-		if err != nil || string(got) != `{"again": true}` {
+		if err != nil || string(got) != `{"again":true}` {
 			t.Fatalf("%T lookup after the window: %s, %v", store, got, err)
 		}
 	}
