@@ -396,15 +396,16 @@ func (a *App) Run(ctx context.Context) error {
 		start("due pass", due.Run)
 		// Relayed outbox rows leave by whole partitions; every relay runs the rotation, one at a
 		// time (they share the partition maintenance's lock).
-		start("outbox rotation", func(ctx context.Context) error {
-			return postgres.RotateOutboxEvery(ctx, a.pool, postgres.OutboxRotationInterval(a.partitionConfig()), a.logger.With("role", "relay"))
-		})
+		rotation := postgres.OutboxRotationInterval(a.partitionConfig())
+		start("outbox rotation", after(rotation*5/8, func(ctx context.Context) error {
+			return postgres.RotateOutboxEvery(ctx, a.pool, rotation, a.logger.With("role", "relay"))
+		}))
 	}
 	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] {
 		start("partitions", a.keepPartitions)
-		start("table statistics", func(ctx context.Context) error {
+		start("table statistics", after(statisticsInterval*3/8, func(ctx context.Context) error {
 			return postgres.KeepStatistics(ctx, a.pool, statisticsInterval, a.logger)
-		})
+		}))
 	}
 	if a.attempts != nil {
 		if err := a.startWorkers(start); err != nil {
@@ -426,7 +427,8 @@ func (a *App) Run(ctx context.Context) error {
 			return err
 		}
 		if pass != nil {
-			start("retention", func(ctx context.Context) error { return pass.Run(ctx, a.retentionInterval()) })
+			interval := a.retentionInterval()
+			start("retention", after(interval/2, func(ctx context.Context) error { return pass.Run(ctx, interval) }))
 		}
 		start("projector", a.projector.Run)
 		start("waiting metrics", a.watchWaiting)
@@ -539,6 +541,23 @@ func (a *App) watchWaiting(ctx context.Context) error {
 			a.metrics.OldestWaiting(channel, ages[channel]) // zero when nothing waits
 		}
 	})
+}
+
+// after delays the start of a periodic task by phase. The maintenance loops of a process (the
+// partitions', the table statistics', the outbox rotation, the retention pass) tick at multiples
+// of each other's intervals from the same start: unshifted, their statements (ANALYZE of the
+// current partitions, the catalog reads, a partition leaving) all ran in the same tenth of a
+// second, and the accepts waiting beside them made that second's tail. Each is shifted by its
+// own fraction of its interval.
+func after(phase time.Duration, fn func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(phase):
+		}
+		return fn(ctx)
+	}
 }
 
 // everyFromNow runs fn at once and then at every interval until ctx ends.
