@@ -10,6 +10,7 @@ import (
 
 	"github.com/deliveryledger/ledger/adapters/httpapi"
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 )
@@ -119,19 +120,7 @@ func TestAnswersStoredAsJSONAreStillAnswered(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	all, err := postgres.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := 0
-	for _, m := range all {
-		if m.Name == "accept_answer_bytes" {
-			before = m.Version - 1
-		}
-	}
-	if before == 0 {
-		t.Fatal("no migration accept_answer_bytes")
-	}
+	before := pgtest.MigrationVersion(t, "accept_answer_bytes") - 1
 	body := notificationBody("https://a.example.com/old", "https://b.example.com/old")
 	first := b.post(t, "/v1/notifications", "old-1", body)
 	first.expect(t, http.StatusAccepted, nil)

@@ -971,15 +971,7 @@ func TestAcceptAnswersAreBytesInEveryPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := 0
-	for _, m := range all {
-		if m.Name == "accept_answer_bytes" {
-			before = m.Version - 1
-		}
-	}
-	if before == 0 {
-		t.Fatal("no migration accept_answer_bytes")
-	}
+	before := pgtest.MigrationVersion(t, "accept_answer_bytes") - 1
 	// Partitions cut while the answers were jsonb, then the migration.
 	if _, err := postgres.Migrate(ctx, b.schema.Pool, before, nil); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
+	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
 	"github.com/deliveryledger/ledger/domain"
 	"github.com/deliveryledger/ledger/projections"
@@ -136,11 +137,12 @@ func TestMigratingShortKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	below := pgtest.MigrationVersion(t, "short_event_keys") - 1
 	_, first := acceptedEvents(t)
 	if err := b.store.Append(ctx, first, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := postgres.Migrate(ctx, b.schema.Pool, 23, nil); err != nil {
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, below, nil); err != nil {
 		t.Fatal(err)
 	}
 	id := first[0].DeliveryID
@@ -166,7 +168,7 @@ func TestMigratingShortKeys(t *testing.T) {
 	if err := b.store.Append(ctx, old[:1], nil); !errors.Is(err, commands.ErrDuplicate) {
 		t.Fatalf("an event recorded before 0024 appended again: %v, want ErrDuplicate", err)
 	}
-	if _, err := postgres.Migrate(ctx, b.schema.Pool, 23, nil); err != nil {
+	if _, err := postgres.Migrate(ctx, b.schema.Pool, below, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := storedKeys(t, b, oldID); len(got) != 2 || got[1] != oldID+"/queued/1" {

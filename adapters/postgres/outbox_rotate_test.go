@@ -433,19 +433,7 @@ func TestOutboxPartitioningKeepsRowsAndOffsets(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	all, err := postgres.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	version := 0
-	for _, m := range all {
-		if m.Name == "partition_outbox" {
-			version = m.Version
-		}
-	}
-	if version == 0 {
-		t.Fatal("no migration partition_outbox")
-	}
+	version := pgtest.MigrationVersion(t, "partition_outbox")
 	shape := func() (kind string, rows int, offsets string) {
 		t.Helper()
 		if err := b.schema.Pool.QueryRow(ctx, `SELECT c.relkind::text, (SELECT count(*) FROM `+outboxTable+`),

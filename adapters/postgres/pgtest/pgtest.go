@@ -126,3 +126,20 @@ func NewWithPartitions(t testing.TB, cfg postgres.PartitionConfig) *Schema {
 	u.RawQuery = q.Encode()
 	return &Schema{Name: name, Pool: pool, URL: u.String()}
 }
+
+// MigrationVersion is the version of the migration named name (the file's name after its
+// number: "short_event_keys"), for a test that migrates to just below or above it.
+func MigrationVersion(t testing.TB, name string) int {
+	t.Helper()
+	all, err := postgres.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range all {
+		if m.Name == name {
+			return m.Version
+		}
+	}
+	t.Fatalf("no migration %s", name)
+	return 0
+}
