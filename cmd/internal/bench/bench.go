@@ -122,6 +122,11 @@ type Report struct {
 	// cpuTimes); BytesPerDelivery what each table keeps per delivery after the sustained run.
 	CPUPerDelivery   map[string]float64 `json:"cpu_ms_per_delivery"`
 	BytesPerDelivery map[string]float64 `json:"bytes_per_delivery"`
+	// CommitsPerDelivery is the transactions committed in the benchmark's database
+	// (pg_stat_database.xact_commit, every session of the ledger and of the phase) per delivery,
+	// by phase. A backend reports its counts at most once a second, so a run reads them to
+	// within a second's commits at either end.
+	CommitsPerDelivery map[string]float64 `json:"commits_per_delivery,omitempty"`
 	// CPUIdle is the CPU milliseconds per second each process of the roles phase spends with
 	// no load: the part of CPUPerDelivery that does not grow with the rate.
 	CPUIdle map[string]float64 `json:"cpu_ms_per_s_idle,omitempty"`

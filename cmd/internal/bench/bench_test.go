@@ -34,6 +34,10 @@ func TestBenchFixedRateRunBalances(t *testing.T) {
 	if p99 := rep.LatencyMS["e2e_p99_at_50"]; p99 <= 0 {
 		t.Fatalf("p99 %v", p99)
 	}
+	// Every delivery commits at least its accept; other tests share the database's counter.
+	if c := rep.CommitsPerDelivery["at_50"]; c < 1 {
+		t.Fatalf("commits per delivery %v, want at least the accept's", c)
+	}
 	var names []string
 	for _, target := range rep.Targets {
 		names = append(names, target.Name)

@@ -64,6 +64,19 @@ func procComm(path string) (string, time.Duration) {
 	return s[open+1 : end], time.Duration(u+st) * clockTick
 }
 
+// commitsGet is how many transactions the current database has committed, as its backends have
+// reported them (each at most once a second).
+const commitsGet = `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`
+
+// commitsSoFar reads commitsGet.
+func commitsSoFar(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, commitsGet).Scan(&n); err != nil {
+		return 0, fmt.Errorf("commits so far: %w", err)
+	}
+	return n, nil
+}
+
 // perDelivery records the CPU spent between from and to per delivery, in milliseconds, under
 // phase in rep.CPUPerDelivery.
 func perDelivery(rep *Report, phase string, from, to cpuTimes, deliveries int) map[string]float64 {

@@ -31,16 +31,17 @@ var baselineData = fmt.Sprintf(`{"channel":%q,"recipient":"http://127.0.0.1/hook
 // Run measures the ledger against raw baselines taken in the same run.
 func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Report, error) {
 	rep := &Report{
-		StartedAt:        time.Now().UTC(),
-		Quick:            opts.Quick,
-		Ratios:           map[string]float64{},
-		LatencyMS:        map[string]float64{},
-		Throughput:       map[string]float64{},
-		Counts:           map[string]int{},
-		CPUPerDelivery:   map[string]float64{},
-		BytesPerDelivery: map[string]float64{},
-		Samples:          map[string][]float64{},
-		Machine:          benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
+		StartedAt:          time.Now().UTC(),
+		Quick:              opts.Quick,
+		Ratios:             map[string]float64{},
+		LatencyMS:          map[string]float64{},
+		Throughput:         map[string]float64{},
+		Counts:             map[string]int{},
+		CPUPerDelivery:     map[string]float64{},
+		BytesPerDelivery:   map[string]float64{},
+		CommitsPerDelivery: map[string]float64{},
+		Samples:            map[string][]float64{},
+		Machine:            benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
 	}
 	sink, err := startBenchSink()
 	if err != nil {
@@ -220,6 +221,10 @@ func benchRate(ctx context.Context, base app.Config, opts Options, rep *Report, 
 	}
 	defer fixed.stop(base)
 	cpuFrom := readCPU()
+	commitsFrom, err := commitsSoFar(ctx, fixed.pool)
+	if err != nil {
+		return err
+	}
 	lat, counts, err := benchFixedRate(ctx, fixed, sink.url, opts.Rate, opts.RateFor, func() { measuring.Store(true) })
 	if err != nil {
 		return err
@@ -227,6 +232,16 @@ func benchRate(ctx context.Context, base app.Config, opts Options, rep *Report, 
 	if m := perDelivery(rep, fmt.Sprintf("at_%d", opts.Rate), cpuFrom, readCPU(), counts["sent"]); m != nil {
 		benchLog(out, "CPU per delivery at %d/s: ledger (with the load generator) %.2f ms, PostgreSQL %.2f ms, RabbitMQ %.2f ms, total %.2f ms",
 			opts.Rate, m["ledger_and_load"], m["postgres"], m["rabbitmq"], m["total"])
+	}
+	commitsTo, err := commitsSoFar(ctx, fixed.pool)
+	if err != nil {
+		return err
+	}
+	if n := counts["sent"]; n > 0 {
+		per := float64(commitsTo-commitsFrom) / float64(n)
+		rep.CommitsPerDelivery[fmt.Sprintf("at_%d", opts.Rate)] = per
+		benchLog(out, "PostgreSQL commits per delivery at %d/s: %.2f (pg_stat_database.xact_commit of the database, %d commits for %d deliveries)",
+			opts.Rate, per, commitsTo-commitsFrom, n)
 	}
 	for k, v := range counts {
 		rep.Counts[fmt.Sprintf("rate_%s", k)] = v
