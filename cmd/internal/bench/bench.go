@@ -126,7 +126,12 @@ type Report struct {
 	// (pg_stat_database.xact_commit, every session of the ledger and of the phase) per delivery,
 	// by phase. A backend reports its counts at most once a second, so a run reads them to
 	// within a second's commits at either end.
+	// "<phase>_writing" is the part that wrote (transaction ids handed out).
 	CommitsPerDelivery map[string]float64 `json:"commits_per_delivery,omitempty"`
+	// StatementsPerDelivery is the statements run in the database per delivery
+	// (pg_stat_statements without transaction control), by phase; absent where the server does
+	// not preload pg_stat_statements.
+	StatementsPerDelivery map[string]float64 `json:"statements_per_delivery,omitempty"`
 	// CPUIdle is the CPU milliseconds per second each process of the roles phase spends with
 	// no load: the part of CPUPerDelivery that does not grow with the rate.
 	CPUIdle map[string]float64 `json:"cpu_ms_per_s_idle,omitempty"`

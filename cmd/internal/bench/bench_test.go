@@ -38,6 +38,13 @@ func TestBenchFixedRateRunBalances(t *testing.T) {
 	if c := rep.CommitsPerDelivery["at_50"]; c < 1 {
 		t.Fatalf("commits per delivery %v, want at least the accept's", c)
 	}
+	// Transaction ids are the cluster's: other tests' writes add to them, never take away.
+	if w := rep.CommitsPerDelivery["at_50_writing"]; w < 1 {
+		t.Fatalf("writing commits per delivery %v, want at least the accept's", w)
+	}
+	if s, ok := rep.StatementsPerDelivery["at_50"]; ok && s < 3 {
+		t.Fatalf("statements per delivery %v, want at least the accept's, the start's and the outcome's", s)
+	}
 	var names []string
 	for _, target := range rep.Targets {
 		names = append(names, target.Name)

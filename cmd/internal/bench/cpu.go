@@ -64,17 +64,63 @@ func procComm(path string) (string, time.Duration) {
 	return s[open+1 : end], time.Duration(u+st) * clockTick
 }
 
-// commitsGet is how many transactions the current database has committed, as its backends have
-// reported them (each at most once a second).
-const commitsGet = `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`
+// pgWork is what the benchmark's database has done so far, read at either end of a phase:
+// its commits (pg_stat_database.xact_commit, read-only transactions and single statements
+// included, as its backends have reported them, each at most once a second), the transactions
+// that wrote (transaction ids handed out, from the snapshot's xmax: cluster-wide, and the phase
+// runs alone), and the statements run in it (pg_stat_statements, when the server preloads it;
+// transaction control left out).
+type pgWork struct {
+	commits, writes int64
+	// statements is -1 when pg_stat_statements is not loaded; evictions counts the entries it
+	// has dropped (a difference across an eviction undercounts, so it is not reported).
+	statements, evictions int64
+}
 
-// commitsSoFar reads commitsGet.
-func commitsSoFar(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	if err := pool.QueryRow(ctx, commitsGet).Scan(&n); err != nil {
-		return 0, fmt.Errorf("commits so far: %w", err)
+const pgWorkGet = `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+	pg_snapshot_xmax(pg_current_snapshot())::text::bigint`
+
+// statementsGet reads pg_stat_statements in the schema its extension was created in (%[1]s).
+const statementsGet = `SELECT coalesce(sum(calls), 0)::bigint, (SELECT dealloc FROM %[1]s.pg_stat_statements_info)
+	FROM %[1]s.pg_stat_statements
+	WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND query !~* '^\s*(begin|commit|rollback|start transaction|end)\M'`
+
+// pgWorkSoFar reads pgWork. The statements are counted only where pg_stat_statements is
+// preloaded (shared_preload_libraries; make bench sets it): the extension is created in the
+// database if it is missing.
+func pgWorkSoFar(ctx context.Context, pool *pgxpool.Pool) (pgWork, error) {
+	w := pgWork{statements: -1}
+	if err := pool.QueryRow(ctx, pgWorkGet).Scan(&w.commits, &w.writes); err != nil {
+		return w, fmt.Errorf("database work so far: %w", err)
 	}
-	return n, nil
+	var loaded bool
+	if err := pool.QueryRow(ctx, `SELECT 'pg_stat_statements' = ANY(string_to_array(current_setting('shared_preload_libraries'), ', '))
+		OR 'pg_stat_statements' = ANY(string_to_array(current_setting('shared_preload_libraries'), ','))`).Scan(&loaded); err != nil || !loaded {
+		return w, nil
+	}
+	if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public`); err != nil {
+		return w, nil // not ours to install (no privilege): counted without statements
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'pg_stat_statements'`).Scan(&schema); err != nil {
+		return w, fmt.Errorf("statements so far: %w", err)
+	}
+	if err := pool.QueryRow(ctx, fmt.Sprintf(statementsGet, schema)).Scan(&w.statements, &w.evictions); err != nil {
+		return w, fmt.Errorf("statements so far: %w", err)
+	}
+	return w, nil
+}
+
+// pgWorkPer is the work between from and to per delivery: commits, writing transactions and
+// statements (negative when they could not be counted).
+func pgWorkPer(from, to pgWork, deliveries int) (commits, writes, statements float64) {
+	n := float64(deliveries)
+	statements = -1
+	if from.statements >= 0 && to.statements >= 0 && from.evictions == to.evictions {
+		statements = float64(to.statements-from.statements) / n
+	}
+	return float64(to.commits-from.commits) / n, float64(to.writes-from.writes) / n, statements
 }
 
 // perDelivery records the CPU spent between from and to per delivery, in milliseconds, under

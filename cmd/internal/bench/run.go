@@ -31,17 +31,18 @@ var baselineData = fmt.Sprintf(`{"channel":%q,"recipient":"http://127.0.0.1/hook
 // Run measures the ledger against raw baselines taken in the same run.
 func Run(ctx context.Context, base app.Config, opts Options, out io.Writer) (*Report, error) {
 	rep := &Report{
-		StartedAt:          time.Now().UTC(),
-		Quick:              opts.Quick,
-		Ratios:             map[string]float64{},
-		LatencyMS:          map[string]float64{},
-		Throughput:         map[string]float64{},
-		Counts:             map[string]int{},
-		CPUPerDelivery:     map[string]float64{},
-		BytesPerDelivery:   map[string]float64{},
-		CommitsPerDelivery: map[string]float64{},
-		Samples:            map[string][]float64{},
-		Machine:            benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
+		StartedAt:             time.Now().UTC(),
+		Quick:                 opts.Quick,
+		Ratios:                map[string]float64{},
+		LatencyMS:             map[string]float64{},
+		Throughput:            map[string]float64{},
+		Counts:                map[string]int{},
+		CPUPerDelivery:        map[string]float64{},
+		BytesPerDelivery:      map[string]float64{},
+		CommitsPerDelivery:    map[string]float64{},
+		StatementsPerDelivery: map[string]float64{},
+		Samples:               map[string][]float64{},
+		Machine:               benchMachine{CPUs: runtime.NumCPU(), GoArch: runtime.GOARCH, Hostname: hostname()},
 	}
 	sink, err := startBenchSink()
 	if err != nil {
@@ -221,7 +222,7 @@ func benchRate(ctx context.Context, base app.Config, opts Options, rep *Report, 
 	}
 	defer fixed.stop(base)
 	cpuFrom := readCPU()
-	commitsFrom, err := commitsSoFar(ctx, fixed.pool)
+	workFrom, err := pgWorkSoFar(ctx, fixed.pool)
 	if err != nil {
 		return err
 	}
@@ -233,15 +234,22 @@ func benchRate(ctx context.Context, base app.Config, opts Options, rep *Report, 
 		benchLog(out, "CPU per delivery at %d/s: ledger (with the load generator) %.2f ms, PostgreSQL %.2f ms, RabbitMQ %.2f ms, total %.2f ms",
 			opts.Rate, m["ledger_and_load"], m["postgres"], m["rabbitmq"], m["total"])
 	}
-	commitsTo, err := commitsSoFar(ctx, fixed.pool)
+	workTo, err := pgWorkSoFar(ctx, fixed.pool)
 	if err != nil {
 		return err
 	}
 	if n := counts["sent"]; n > 0 {
-		per := float64(commitsTo-commitsFrom) / float64(n)
-		rep.CommitsPerDelivery[fmt.Sprintf("at_%d", opts.Rate)] = per
-		benchLog(out, "PostgreSQL commits per delivery at %d/s: %.2f (pg_stat_database.xact_commit of the database, %d commits for %d deliveries)",
-			opts.Rate, per, commitsTo-commitsFrom, n)
+		commits, writes, statements := pgWorkPer(workFrom, workTo, n)
+		phase := fmt.Sprintf("at_%d", opts.Rate)
+		rep.CommitsPerDelivery[phase] = commits
+		rep.CommitsPerDelivery[phase+"_writing"] = writes
+		counted := "not counted: pg_stat_statements is not preloaded (make bench preloads it)"
+		if statements >= 0 {
+			rep.StatementsPerDelivery[phase] = statements
+			counted = fmt.Sprintf("%.2f statements (pg_stat_statements, without BEGIN/COMMIT)", statements)
+		}
+		benchLog(out, "PostgreSQL per delivery at %d/s: %.2f commits (pg_stat_database.xact_commit, read-only ones included), %.2f of them writing (transaction ids), %s; %d deliveries",
+			opts.Rate, commits, writes, counted, n)
 	}
 	for k, v := range counts {
 		rep.Counts[fmt.Sprintf("rate_%s", k)] = v
