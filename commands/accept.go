@@ -182,88 +182,36 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 			refs[i].Recipient = h.Normalize(r.Channel, r.Recipient)
 		}
 	}
-	// One probe for every recipient, before the transaction: a suppression committed before
-	// this request arrived is seen here; one that commits while the accept is under way is
-	// seen by the start of the attempt (StartAttemptHandler), before any provider call.
-	blocks, err := h.Suppression.blocks(ctx, cmd.Tenant, cmd.Category, refs)
+	// Either the store checks, in the accept's own transaction, that no recipient is blocked
+	// (RecipientGuarding: the common case costs no round trip of its own), and a refusal sends
+	// the accept through a probe; or one probe for every recipient comes before the
+	// transaction. Either way a suppression committed before this request arrived is seen; one
+	// that commits while the accept is under way is seen by the start of the attempt
+	// (StartAttemptHandler), before any provider call.
+	var blocks []domain.Block
+	guarded := h.guarded()
+	if !guarded {
+		if blocks, err = h.Suppression.blocks(ctx, cmd.Tenant, cmd.Category, refs); err != nil {
+			return AcceptResult{}, err
+		}
+	}
+	rec, result, suppressed, err := h.record(ctx, cmd, refs, blocks, priority, scheduled, now)
 	if err != nil {
 		return AcceptResult{}, err
 	}
-	// In UTC: the stored answer keeps the instant, and a repeat reads it back in UTC.
-	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now.UTC()}
-	if scheduled {
-		sendAt := cmd.SendAt.UTC()
-		result.SendAt = &sendAt
+	if guarded {
+		rec.Guard = &RecipientGuard{Tenant: cmd.Tenant, Category: categories.preferenceCategory(cmd.Category), Refs: refs}
 	}
-	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash,
-		NotificationID: result.NotificationID, Payload: cmd.Payload,
-		PayloadApart: h.PayloadsExpire != nil && h.PayloadsExpire(cmd.Tenant)}
-	var suppressed []AcceptedDelivery
-	for i, r := range cmd.Recipients {
-		maxAttempts, err := h.maxAttempts(r.Channel, cmd.MaxAttempts)
-		if err != nil {
-			return AcceptResult{}, err
-		}
-		d, events, err := domain.Accept(domain.AcceptSpec{
-			ID:             DeliveryID(result.NotificationID, r, now),
-			Tenant:         cmd.Tenant,
-			NotificationID: result.NotificationID,
-			Channel:        r.Channel,
-			Recipient:      r.Recipient,
-			Payload:        cmd.Payload,
-			Priority:       priority,
-			MaxAttempts:    maxAttempts,
-			RequestKey:     cmd.RequestKey,
-			Trace:          tracing.Traceparent(ctx),
-			Window:         r.Window,
-			RecipientKey:   keyIfNormalised(refs[i].Recipient, r.Recipient),
-			Category:       cmd.Category,
-		}, now)
-		if err != nil {
-			return AcceptResult{}, err
-		}
-		if blocks[i].Blocks() {
-			// Never queued and never scheduled: the event names what suppresses it.
-			more, err := d.Suppress(blocks[i], now)
-			if err != nil {
-				return AcceptResult{}, err
-			}
-			rec.Events = append(rec.Events, append(events, more...)...)
-			entry := AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient, State: domain.StateSuppressed,
-				Suppression: d.Suppression()}
-			result.Deliveries = append(result.Deliveries, entry)
-			suppressed = append(suppressed, entry)
-			continue
-		}
-		if scheduled {
-			// No work message yet: the due pass queues the delivery at its time.
-			more, err := d.Schedule(*cmd.SendAt, now)
-			if err != nil {
-				return AcceptResult{}, err
-			}
-			rec.Events = append(rec.Events, append(events, more...)...)
-			result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
-				State: domain.StateScheduled})
-			continue
-		}
-		// The accept's span is the root of the delivery's trace: its messages name it, and
-		// every later hop starts under it (tracing.Continue).
-		msg, err := workMessageFor(tracing.Root(ctx), d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
-			domain.KeyAccepted(d.ID()), true)
-		if err != nil {
-			return AcceptResult{}, err
-		}
-		rec.Events = append(rec.Events, events...)
-		rec.Outbox = append(rec.Outbox, msg)
-		result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
-			State: domain.StateAccepted})
-	}
-	response, err := EncodeAcceptAnswer(result)
-	if err != nil {
-		return AcceptResult{}, err
-	}
-	rec.Response = response
 	stored, replayed, err := h.store.RecordAccept(ctx, rec)
+	if guarded && errors.Is(err, ErrRecipientBlocked) {
+		if blocks, err = h.Suppression.blocks(ctx, cmd.Tenant, cmd.Category, refs); err != nil {
+			return AcceptResult{}, err
+		}
+		if rec, result, suppressed, err = h.record(ctx, cmd, refs, blocks, priority, scheduled, now); err != nil {
+			return AcceptResult{}, err
+		}
+		stored, replayed, err = h.store.RecordAccept(ctx, rec)
+	}
 	if err != nil {
 		return AcceptResult{}, err
 	}
@@ -285,6 +233,96 @@ func (h *AcceptHandler) Handle(ctx context.Context, cmd AcceptNotification) (Acc
 		h.Suppression.counted(d.Channel, d.Suppression.By)
 	}
 	return result, nil
+}
+
+// guarded reports whether the store checks the recipients in the accept's transaction.
+func (h *AcceptHandler) guarded() bool {
+	if h.Suppression == nil || h.Suppression.Store == nil {
+		return false
+	}
+	g, ok := h.store.(RecipientGuarding)
+	return ok && g.GuardsRecipients()
+}
+
+// record builds the accept's record and answer, with the recipients that blocks (nil: none)
+// says are blocked recorded suppressed.
+func (h *AcceptHandler) record(ctx context.Context, cmd AcceptNotification, refs []RecipientRef, blocks []domain.Block,
+	priority domain.Priority, scheduled bool, now time.Time) (AcceptRecord, AcceptResult, []AcceptedDelivery, error) {
+	// In UTC: the stored answer keeps the instant, and a repeat reads it back in UTC.
+	result := AcceptResult{NotificationID: NotificationID(cmd.Tenant, cmd.RequestKey), AcceptedAt: now.UTC()}
+	if scheduled {
+		sendAt := cmd.SendAt.UTC()
+		result.SendAt = &sendAt
+	}
+	rec := AcceptRecord{Tenant: cmd.Tenant, RequestKey: cmd.RequestKey, RequestHash: cmd.RequestHash,
+		NotificationID: result.NotificationID, Payload: cmd.Payload,
+		PayloadApart: h.PayloadsExpire != nil && h.PayloadsExpire(cmd.Tenant)}
+	var suppressed []AcceptedDelivery
+	for i, r := range cmd.Recipients {
+		maxAttempts, err := h.maxAttempts(r.Channel, cmd.MaxAttempts)
+		if err != nil {
+			return AcceptRecord{}, AcceptResult{}, nil, err
+		}
+		d, events, err := domain.Accept(domain.AcceptSpec{
+			ID:             DeliveryID(result.NotificationID, r, now),
+			Tenant:         cmd.Tenant,
+			NotificationID: result.NotificationID,
+			Channel:        r.Channel,
+			Recipient:      r.Recipient,
+			Payload:        cmd.Payload,
+			Priority:       priority,
+			MaxAttempts:    maxAttempts,
+			RequestKey:     cmd.RequestKey,
+			Trace:          tracing.Traceparent(ctx),
+			Window:         r.Window,
+			RecipientKey:   keyIfNormalised(refs[i].Recipient, r.Recipient),
+			Category:       cmd.Category,
+		}, now)
+		if err != nil {
+			return AcceptRecord{}, AcceptResult{}, nil, err
+		}
+		if blocks != nil && blocks[i].Blocks() {
+			// Never queued and never scheduled: the event names what suppresses it.
+			more, err := d.Suppress(blocks[i], now)
+			if err != nil {
+				return AcceptRecord{}, AcceptResult{}, nil, err
+			}
+			rec.Events = append(rec.Events, append(events, more...)...)
+			entry := AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient, State: domain.StateSuppressed,
+				Suppression: d.Suppression()}
+			result.Deliveries = append(result.Deliveries, entry)
+			suppressed = append(suppressed, entry)
+			continue
+		}
+		if scheduled {
+			// No work message yet: the due pass queues the delivery at its time.
+			more, err := d.Schedule(*cmd.SendAt, now)
+			if err != nil {
+				return AcceptRecord{}, AcceptResult{}, nil, err
+			}
+			rec.Events = append(rec.Events, append(events, more...)...)
+			result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
+				State: domain.StateScheduled})
+			continue
+		}
+		// The accept's span is the root of the delivery's trace: its messages name it, and
+		// every later hop starts under it (tracing.Continue).
+		msg, err := workMessageFor(tracing.Root(ctx), d, h.topics.Work(d.Channel(), d.Priority()), 1, now,
+			domain.KeyAccepted(d.ID()), true)
+		if err != nil {
+			return AcceptRecord{}, AcceptResult{}, nil, err
+		}
+		rec.Events = append(rec.Events, events...)
+		rec.Outbox = append(rec.Outbox, msg)
+		result.Deliveries = append(result.Deliveries, AcceptedDelivery{ID: d.ID(), Channel: r.Channel, Recipient: r.Recipient,
+			State: domain.StateAccepted})
+	}
+	response, err := EncodeAcceptAnswer(result)
+	if err != nil {
+		return AcceptRecord{}, AcceptResult{}, nil, err
+	}
+	rec.Response = response
+	return rec, result, suppressed, nil
 }
 
 // keyIfNormalised is the recipient key to record: the normal form when it differs from the

@@ -45,6 +45,9 @@ var (
 	ErrDuplicate = errors.New("events already recorded")
 	// ErrRequestInFlight: a request with the same Idempotency-Key is still being processed.
 	ErrRequestInFlight = errors.New("a request with this idempotency key is in flight")
+	// ErrRecipientBlocked: a store checking an AcceptRecord's Guard found a recipient
+	// suppressed or opted out; nothing was written.
+	ErrRecipientBlocked = errors.New("a recipient of the accept is suppressed or opted out")
 	// ErrRequestMismatch: the Idempotency-Key was used before with a different request body.
 	ErrRequestMismatch = errors.New("idempotency key reused with a different request")
 	// ErrRequestTaken: another request stored its answer under the same Idempotency-Key first;
@@ -96,6 +99,23 @@ type AcceptRecord struct {
 	// EncodeAcceptAnswer gives it (DecodeAcceptAnswer reads it). The store keeps its bytes as
 	// they are.
 	Response []byte
+	// Guard, when set, asks the store to check within the accept's transaction that none of
+	// these recipients is blocked, and to refuse the record with ErrRecipientBlocked, writing
+	// nothing, when one is: the record was built as if none were (a store that GuardsRecipients).
+	Guard *RecipientGuard
+}
+
+// RecipientGuard is the probe an accept leaves to its store's transaction: the tenant's
+// recipients under the category whose opt-outs apply ("" for none).
+type RecipientGuard struct {
+	Tenant, Category string
+	Refs             []RecipientRef
+}
+
+// RecipientGuarding is an AcceptStore that checks AcceptRecord.Guard in the accept's own
+// transaction, so the common accept (no recipient blocked) needs no probe of its own.
+type RecipientGuarding interface {
+	GuardsRecipients() bool
 }
 
 // AcceptStore records accept requests under the caller's Idempotency-Key.

@@ -26,7 +26,15 @@ type AcceptBatcher struct {
 	stop     chan struct{}
 }
 
-var _ commands.AcceptStore = (*AcceptBatcher)(nil)
+var (
+	_ commands.AcceptStore       = (*AcceptBatcher)(nil)
+	_ commands.RecipientGuarding = (*AcceptBatcher)(nil)
+)
+
+// GuardsRecipients implements commands.RecipientGuarding: a batch checks its records' guards in
+// its shared transaction, and when one finds a blocked recipient each request is written alone,
+// so that only the blocked one is refused (EventStore.RecordAccept).
+func (b *AcceptBatcher) GuardsRecipients() bool { return b.store.GuardsRecipients() }
 
 type acceptCall struct {
 	ctx  context.Context
@@ -268,6 +276,13 @@ func (b *AcceptBatcher) commitChecked(ctx context.Context, calls []*acceptCall) 
 		seen[k] = true
 	}
 	var w writeBatch
+	var guarded []commands.AcceptRecord
+	for i, c := range calls {
+		if answers[i].err == nil && !answers[i].replayed {
+			guarded = append(guarded, c.rec)
+		}
+	}
+	queueGuard(ctx, &w, guarded)
 	if err := errors.Join(appendEvents(ctx, &w, events), publishOutbox(ctx, &w, outbox)); err != nil {
 		rollback(ctx, conn)
 		return nil, errors.Join(errors.New("shared accept transaction"), err)

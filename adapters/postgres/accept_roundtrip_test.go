@@ -14,6 +14,7 @@ import (
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
 	"github.com/deliveryledger/ledger/commands"
+	"github.com/deliveryledger/ledger/domain"
 )
 
 // exchangeCounter counts a pool's exchanges with the database: every query and every batch pgx
@@ -243,4 +244,78 @@ func eventKeys(recs []commands.AcceptRecord) []string {
 		}
 	}
 	return keys
+}
+
+// TestGuardedAcceptsCheckTheirRecipientsInTheirWrite: an accept whose record carries a guard is
+// still one exchange; the store refuses it with ErrRecipientBlocked, writing nothing, when a
+// recipient is suppressed or opted out of the guard's category (and not of another); in a group
+// commit only the blocked request is refused.
+func TestGuardedAcceptsCheckTheirRecipientsInTheirWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, store, counter := countedStore(t)
+	suppressions := postgres.NewSuppressionStore(s.Pool)
+	if _, _, err := suppressions.AddSuppression(ctx, domain.Suppression{Tenant: "acme", Channel: "webhook",
+		Recipient: "https://example.com/gone", Source: domain.SuppressionManual, Reason: "asked to stop",
+		CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := suppressions.SetPreference(ctx, "acme", domain.Preference{Channel: "email", Recipient: "a@example.com",
+		Category: "marketing", OptedOut: true, Source: domain.PreferenceByAPI, UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	guarded := func(key, category string, refs ...commands.RecipientRef) commands.AcceptRecord {
+		rec := newAccept(t, key, `{"k":"`+key+`"}`)
+		rec.Guard = &commands.RecipientGuard{Tenant: "acme", Category: category, Refs: refs}
+		return rec
+	}
+	fine := commands.RecipientRef{Channel: "webhook", Recipient: "https://example.com/fine"}
+	gone := commands.RecipientRef{Channel: "webhook", Recipient: "https://example.com/gone"}
+	mail := commands.RecipientRef{Channel: "email", Recipient: "a@example.com"}
+	if _, _, err := store.RecordAccept(ctx, guarded("warm-up", "", fine)); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if n := counter.during(func() { _, _, err = store.RecordAccept(ctx, guarded("fine", "", fine)) }); n != 1 || err != nil {
+		t.Fatalf("a guarded accept: %d exchanges, %v; want 1 and no error", n, err)
+	}
+	for _, c := range []struct {
+		key, category string
+		refs          []commands.RecipientRef
+		blocked       bool
+	}{
+		{"suppressed", "", []commands.RecipientRef{fine, gone}, true},
+		{"opted-out", "marketing", []commands.RecipientRef{mail}, true},
+		{"other-category", "account", []commands.RecipientRef{mail}, false},
+		{"no-category", "", []commands.RecipientRef{mail, fine}, false},
+	} {
+		_, _, err := store.RecordAccept(ctx, guarded(c.key, c.category, c.refs...))
+		if got := errors.Is(err, commands.ErrRecipientBlocked); got != c.blocked || (!c.blocked && err != nil) {
+			t.Fatalf("%s: %v, want blocked=%v", c.key, err, c.blocked)
+		}
+	}
+
+	batcher := postgres.NewAcceptBatcher(store, 1, 16)
+	t.Cleanup(batcher.Close)
+	answers := batcher.CommitBatch(ctx, []commands.AcceptRecord{guarded("b0", "", fine), guarded("b1", "", gone),
+		guarded("b2", "marketing", mail), guarded("b3", "", fine, mail)})
+	for i, want := range []bool{false, true, true, false} {
+		if got := errors.Is(answers[i].Err, commands.ErrRecipientBlocked); got != want || (!want && answers[i].Err != nil) {
+			t.Fatalf("batched request b%d: %+v, want blocked=%v", i, answers[i], want)
+		}
+	}
+	var keys []string
+	if err := s.Pool.QueryRow(ctx, `SELECT array_agg(request_key ORDER BY request_key) FROM accept_requests`).Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(keys); got != "[b0 b3 fine no-category other-category warm-up]" {
+		t.Fatalf("recorded requests %s: a refused one was written, or an accepted one was not", got)
+	}
+	var events int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	if want := 6 * len(newAccept(t, "x", `{}`).Events); events != want {
+		t.Fatalf("%d events, want %d: the refused requests wrote some", events, want)
+	}
 }

@@ -579,6 +579,7 @@ func (s *EventStore) newAccepts(ctx context.Context, recs []commands.AcceptRecor
 	w := &a.batch
 	_, _ = w.Exec(ctx, acceptRequestLockAll, lockKeys)
 	_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys, since)
+	queueGuard(ctx, w, recs)
 	_, _ = w.Exec(ctx, acceptRequestPutMany, tenants, keys, hashes, responses)
 	if err := errors.Join(appendEvents(ctx, w, events), publishOutbox(ctx, w, outbox)); err != nil {
 		return nil, err
@@ -643,6 +644,10 @@ func keyTaken(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == sqlstateDivisionByZero || pgErr.Code == sqlstateUniqueViolation)
 }
 
+// GuardsRecipients implements commands.RecipientGuarding: RecordAccept checks a record's Guard
+// in its own transaction (recipientsUnblocked).
+func (s *EventStore) GuardsRecipients() bool { return true }
+
 // RecordAccept records an accept request once per (tenant, request key), with its events and
 // outbox messages, in one transaction. It writes the request as new in one round trip and lets
 // the database refuse a key that is in flight or recorded; only then does it read the key
@@ -652,6 +657,9 @@ func (s *EventStore) RecordAccept(ctx context.Context, rec commands.AcceptRecord
 	if err == nil {
 		if err = w.send(ctx, s.pool); err == nil {
 			return rec.Response, false, nil
+		}
+		if recipientBlocked(err) {
+			return nil, false, commands.ErrRecipientBlocked
 		}
 		if !keyTaken(err) {
 			return nil, false, fmt.Errorf("record accept %s/%s: %w", rec.Tenant, rec.RequestKey, err)
@@ -710,6 +718,7 @@ func (s *EventStore) recordAcceptChecked(ctx context.Context, rec commands.Accep
 			return err
 		}
 		var w writeBatch
+		queueGuard(ctx, &w, []commands.AcceptRecord{rec})
 		if err := errors.Join(appendEvents(ctx, &w, events), publishOutbox(ctx, &w, rec.Outbox)); err != nil {
 			rollback(ctx, conn)
 			return err
@@ -717,7 +726,11 @@ func (s *EventStore) recordAcceptChecked(ctx context.Context, rec commands.Accep
 		payloads.write(ctx, &w)
 		_, _ = w.Exec(ctx, acceptRequestPut, rec.Tenant, rec.RequestKey, rec.RequestHash, rec.Response)
 		stored = rec.Response
-		return commitWith(ctx, conn, &w)
+		err = commitWith(ctx, conn, &w)
+		if recipientBlocked(err) {
+			return commands.ErrRecipientBlocked
+		}
+		return err
 	}()
 	switch {
 	case err == nil:

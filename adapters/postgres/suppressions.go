@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deliveryledger/ledger/commands"
@@ -119,6 +120,43 @@ func probeQuery(rows []probeRow) (string, []any) {
 		return blockOnePreference, []any{r.tenant, r.ref.Channel, r.ref.Recipient, r.category}
 	}
 	return blocksProbe, probeArgs(rows)
+}
+
+// sqlstateBlocked is what recipientsUnblocked fails with: invalid_argument_for_power_function,
+// which nothing else an accept writes can raise.
+const sqlstateBlocked = "2201F"
+
+// recipientsUnblocked is the statement, queued in an accept's write after its keys' checks and
+// before its rows, that fails the write with sqlstateBlocked when the probe of the guards'
+// recipients finds one blocked (commands.AcceptRecord.Guard): the square root of minus the
+// blocked count is 0 for none and an error for any. The probe reads under the transaction's own
+// snapshot, so a suppression committed before the accept's write is seen, as the probe before
+// the transaction saw it. It returns "" when no record has a guard.
+func recipientsUnblocked(recs []commands.AcceptRecord) (string, []any) {
+	var rows []probeRow
+	for _, rec := range recs {
+		if g := rec.Guard; g != nil {
+			rows = append(rows, probeRowsOf(g.Tenant, g.Category, g.Refs)...)
+		}
+	}
+	if len(rows) == 0 {
+		return "", nil
+	}
+	q, args := probeQuery(rows)
+	return `SELECT sqrt(-count(*)::float8) FROM (` + q + `) AS blocked`, args
+}
+
+// queueGuard queues recipientsUnblocked for recs in w, when one has a guard.
+func queueGuard(ctx context.Context, w *writeBatch, recs []commands.AcceptRecord) {
+	if q, args := recipientsUnblocked(recs); q != "" {
+		_, _ = w.Exec(ctx, q, args...)
+	}
+}
+
+// recipientBlocked reports whether an accept's write failed on recipientsUnblocked.
+func recipientBlocked(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateBlocked
 }
 
 // probeRow is one recipient of a probe, with the tenant and the category it is probed under.
