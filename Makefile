@@ -45,7 +45,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
 	scripts/fuzz.sh $(or $(FUZZTIME),60s)
 
 bench: build services ## the benchmark: raw baselines and the ledger, in one run (bench/results/)
-	scripts/services.sh ledger
+	scripts/services.sh --statements ledger
 	$(BIN) bench --out bench/results/latest.json $(BENCH_FLAGS)
 
 SOAK_DELIVERIES ?= 2000

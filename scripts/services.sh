@@ -2,8 +2,17 @@
 # Makes sure PostgreSQL and RabbitMQ are up on this machine (starting them if they are down),
 # that the tools the tests drive are installed (Chromium for the console's browser tests, Prometheus
 # for the alerting checks), and that the given databases exist.
-# Usage: scripts/services.sh [database...]
+# Usage: scripts/services.sh [--statements] [database...]
+#   --statements  make PostgreSQL preload pg_stat_statements (a restart of the server when it does
+#                 not yet), so that ledger bench counts the statements per delivery; make bench
+#                 passes it. Nothing else may be using the server then.
 set -euo pipefail
+
+statements=false
+if [ "${1:-}" = --statements ]; then
+	statements=true
+	shift
+fi
 
 PGHOST=${PGHOST:-127.0.0.1}
 PGPORT=${PGPORT:-5432}
@@ -42,6 +51,19 @@ if ! pg_isready -q 2>/dev/null; then
 	say "starting PostgreSQL"
 	pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start || true
 	wait_for PostgreSQL 60 pg_isready -q
+fi
+
+if $statements; then
+	preload=$(psql -d postgres -Atc "SHOW shared_preload_libraries")
+	case ",${preload// /}," in
+	*,pg_stat_statements,*) ;;
+	*)
+		say "preloading pg_stat_statements (restarting PostgreSQL)"
+		psql -d postgres -qc "ALTER SYSTEM SET shared_preload_libraries = '${preload:+$preload,}pg_stat_statements'"
+		pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main restart
+		wait_for PostgreSQL 60 pg_isready -q
+		;;
+	esac
 fi
 
 # RabbitMQ
