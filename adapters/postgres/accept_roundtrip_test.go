@@ -20,7 +20,8 @@ import (
 // exchangeCounter counts a pool's exchanges with the database: every query and every batch pgx
 // sends is one round trip once the connection has prepared its statements (pgx prepares a
 // statement new to the connection in a round trip of its own, inside the same call).
-type exchangeCounter struct{ n atomic.Int64 }
+// It also counts the statements of its batches (statements).
+type exchangeCounter struct{ n, statements atomic.Int64 }
 
 var (
 	_ pgx.QueryTracer = (*exchangeCounter)(nil)
@@ -39,7 +40,9 @@ func (c *exchangeCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pg
 	return ctx
 }
 
-func (c *exchangeCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *exchangeCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.statements.Add(1)
+}
 
 func (c *exchangeCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
@@ -317,5 +320,80 @@ func TestGuardedAcceptsCheckTheirRecipientsInTheirWrite(t *testing.T) {
 	}
 	if want := 6 * len(newAccept(t, "x", `{}`).Events); events != want {
 		t.Fatalf("%d events, want %d: the refused requests wrote some", events, want)
+	}
+}
+
+// TestNewAcceptNotifiesTheRelayOnce: a new request with outbox rows wakes the relay (one
+// notification on the outbox's channel, raised by the keys' check) at its commit, still in one
+// exchange; a refused one (a blocked recipient) and a repeat notify nothing.
+func TestNewAcceptNotifiesTheRelayOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, store, counter := countedStore(t)
+	listener, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { listener.Close(ctx) })
+	if _, err := listener.Exec(ctx, "LISTEN "+postgres.OutboxNotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	notified := func() int {
+		n := 0
+		for {
+			wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err := listener.WaitForNotification(wait)
+			cancel()
+			if err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	if _, _, err := postgres.NewSuppressionStore(s.Pool).AddSuppression(ctx, domain.Suppression{Tenant: "acme", Channel: "webhook",
+		Recipient: "https://example.com/gone", Source: domain.SuppressionManual, Reason: "asked to stop", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	withOutbox := func(key string, guard ...commands.RecipientRef) commands.AcceptRecord {
+		rec := newAccept(t, key, `{}`)
+		rec.Outbox = []commands.OutboxMessage{{ID: "m-" + key, Topic: "test.work", PartitionKey: rec.Events[0].DeliveryID,
+			Payload: []byte(`{}`), Metadata: map[string]string{}}}
+		if guard != nil {
+			rec.Guard = &commands.RecipientGuard{Tenant: "acme", Refs: guard}
+		}
+		return rec
+	}
+	notified() // what the suppression's write raised
+	if _, _, err := store.RecordAccept(ctx, withOutbox("warm-up")); err != nil {
+		t.Fatal(err)
+	}
+	if n := notified(); n != 1 {
+		t.Fatalf("the first accept notified %d times, want once", n)
+	}
+	statements := counter.statements.Load()
+	if n := counter.during(func() { _, _, err = store.RecordAccept(ctx, withOutbox("new")) }); n != 1 || err != nil {
+		t.Fatalf("a new accept with outbox rows: %d exchanges, %v; want 1", n, err)
+	}
+	// The batch's plan setting, the key's lock, its check with the notification, the request, the
+	// events and the outbox row (the transaction's BEGIN and COMMIT are not batch statements).
+	if n := counter.statements.Load() - statements; n != 6 {
+		t.Fatalf("a new accept with outbox rows ran %d statements, want 6: the notification has no statement of its own", n)
+	}
+	if n := notified(); n != 1 {
+		t.Fatalf("a new accept notified %d times, want once", n)
+	}
+	if _, _, err := store.RecordAccept(ctx, withOutbox("blocked", commands.RecipientRef{Channel: "webhook",
+		Recipient: "https://example.com/gone"})); !errors.Is(err, commands.ErrRecipientBlocked) {
+		t.Fatalf("a blocked recipient: %v", err)
+	}
+	if _, replayed, err := store.RecordAccept(ctx, withOutbox("new")); err != nil || !replayed {
+		t.Fatalf("the repeat: %v %v", replayed, err)
+	}
+	if n := notified(); n != 0 {
+		t.Fatalf("a refused accept and a repeat notified %d times, want none", n)
+	}
+	var rows int
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_ledger_outbox`).Scan(&rows); err != nil || rows != 2 {
+		t.Fatalf("%d outbox rows (%v), want 2", rows, err)
 	}
 }

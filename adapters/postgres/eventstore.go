@@ -548,6 +548,13 @@ const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::tex
   CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key
     AND r.created_at >= u.since LIMIT 1) AS r))::int`
 
+// acceptRequestsAbsentNotify is acceptRequestsAbsent that also notifies the relay ($4, the outbox's
+// channel), for a write with outbox rows: the notification is sent only if the transaction
+// commits, wherever in it it is raised, and a statement less goes with every accept.
+const acceptRequestsAbsentNotify = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(tenant, request_key, since)
+  CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key
+    AND r.created_at >= u.since LIMIT 1) AS r))::int, pg_notify($4, '')`
+
 // acceptWrite is the write of requests taken as new, of distinct keys: their locks, a check that
 // no partition holds their keys, then their accept_requests rows, before the events and outbox
 // rows are written and rolled back. A failure that keyTaken recognises leaves nothing written.
@@ -578,10 +585,14 @@ func (s *EventStore) newAccepts(ctx context.Context, recs []commands.AcceptRecor
 	since := s.acceptSinces(tenants)
 	w := &a.batch
 	_, _ = w.Exec(ctx, acceptRequestLockAll, lockKeys)
-	_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys, since)
+	if len(outbox) > 0 {
+		_, _ = w.Exec(ctx, acceptRequestsAbsentNotify, tenants, keys, since, OutboxNotifyChannel)
+	} else {
+		_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys, since)
+	}
 	queueGuard(ctx, w, recs)
 	_, _ = w.Exec(ctx, acceptRequestPutMany, tenants, keys, hashes, responses)
-	if err := errors.Join(appendEvents(ctx, w, events), publishOutbox(ctx, w, outbox)); err != nil {
+	if err := errors.Join(appendEvents(ctx, w, events), writeOutbox(ctx, w, outbox)); err != nil {
 		return nil, err
 	}
 	payloads.write(ctx, w)

@@ -68,6 +68,21 @@ func publishOutbox(ctx context.Context, tx execer, msgs []commands.OutboxMessage
 	if len(msgs) == 0 {
 		return nil
 	}
+	if err := writeOutbox(ctx, tx, msgs); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxNotifyChannel); err != nil {
+		return fmt.Errorf("outbox notify: %w", err)
+	}
+	return nil
+}
+
+// writeOutbox is publishOutbox without the notification: for a write that notifies the relay in
+// a statement it runs anyway (newAccepts).
+func writeOutbox(ctx context.Context, tx execer, msgs []commands.OutboxMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
 	pub, err := wsql.NewPublisher(txExecutor{ctx: ctx, tx: tx}, wsql.PublisherConfig{SchemaAdapter: OutboxSchema}, watermill.NopLogger{})
 	if err != nil {
 		return fmt.Errorf("outbox publisher: %w", err)
@@ -96,9 +111,6 @@ func publishOutbox(ctx context.Context, tx execer, msgs []commands.OutboxMessage
 		if err := fwd.Publish(g.topic, batches[g]...); err != nil {
 			return fmt.Errorf("outbox publish to %s: %w", g.topic, err)
 		}
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxNotifyChannel); err != nil {
-		return fmt.Errorf("outbox notify: %w", err)
 	}
 	return nil
 }
