@@ -272,11 +272,15 @@ func (rows *payloadRows) write(ctx context.Context, w execer) {
 
 // eventsAppendEach writes the rows that fit and skips the others: a taken version or key (ON
 // CONFLICT), or a missing previous version (a writer that did not load the stream must not start
-// one or leave a gap in it).
+// one or leave a gap in it). A taken version is also left out before the insert: a row that
+// reaches it has its defaults evaluated, and pg_current_xact_id() gives the transaction an id and
+// its commit a WAL flush even when ON CONFLICT then drops the row (the relay's queued marks, most
+// of which the worker recorded first).
 const eventsAppendEach = eventsInsert + `
 SELECT u.* FROM ` + eventsRows + `
 	AS u(delivery_id, tenant, version, type, idempotency_key, data, recorded_at)
-WHERE u.version = 1 OR EXISTS (SELECT 1 FROM events e WHERE e.delivery_id = u.delivery_id AND e.version = u.version - 1)
+WHERE (u.version = 1 OR EXISTS (SELECT 1 FROM events e WHERE e.delivery_id = u.delivery_id AND e.version = u.version - 1))
+  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.delivery_id = u.delivery_id AND e.version = u.version)
 ON CONFLICT DO NOTHING`
 
 // Append writes events and outbox messages in one transaction.
