@@ -48,7 +48,7 @@ type QueuedRecorder struct {
 
 // NewQueuedRecorder builds the recorder; Run starts it.
 func NewQueuedRecorder(store BatchEventStore, clock Clock, logger *slog.Logger) *QueuedRecorder {
-	return &QueuedRecorder{store: store, clock: clock, logger: logger, marks: make(chan QueuedMark, 4096), maxBatch: 500, linger: 2 * time.Millisecond}
+	return &QueuedRecorder{store: store, clock: clock, logger: logger, marks: make(chan QueuedMark, 4096), maxBatch: 500, linger: 10 * time.Millisecond}
 }
 
 // Mark queues a transition for recording; it blocks only when the recorder is far behind.
