@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +69,10 @@ type clientRun struct {
 	accepted, delivered, duplicates, deferrals int
 	rate                                       float64 // delivered per second, first send → last delivery
 	p50, p99                                   float64 // publish → sink, ms
+	// acceptP50 and acceptP99 are the closed-loop clients' accept latencies (ms); rawCommit
+	// the p50 of the database's own single-row commit timed just before a one-client run (0:
+	// not timed).
+	acceptP50, acceptP99, rawCommit float64
 	cpu                                        map[string]float64
 	rssMB                                      float64
 }
@@ -98,6 +104,15 @@ func benchClients(ctx context.Context, base app.Config, opts Options, rep *Repor
 			}
 			rep.Throughput[key] = r.rate
 			rep.LatencyMS[key+"_p50"], rep.LatencyMS[key+"_p99"] = r.p50, r.p99
+			if l.clients > 0 {
+				rep.LatencyMS[key+"_accept_p50"], rep.LatencyMS[key+"_accept_p99"] = r.acceptP50, r.acceptP99
+			}
+			if r.rawCommit > 0 {
+				rep.LatencyMS[key+"_raw_commit_p50"] = r.rawCommit
+				rep.Ratios[key+"_accept_vs_raw_commit_p50"] = r.acceptP50 / r.rawCommit
+				benchLog(out, "clients, %-8s %-10s accept p50 %.2f ms with the pipeline running, %.2fx the database's own single-row commit (pgbench, one client: p50 %.2f ms)",
+					s.Name, fmt.Sprintf("%2d clients", l.clients), r.acceptP50, r.acceptP50/r.rawCommit, r.rawCommit)
+			}
 			for k, v := range r.cpu {
 				rep.CPUPerDelivery[key+"_"+k] = v
 			}
@@ -146,11 +161,26 @@ func clientsRun(ctx context.Context, base app.Config, opts Options, s Setting, c
 	}
 	defer child.stop(base, env.prefix)
 
+	if c == 1 {
+		// The single client's accept against the database's own commit, timed on the same
+		// machine with the ledger up and idle, just before the run.
+		lat, err := rawCommit(ctx, base.DatabaseURL, env.schema, rawCommitFor)
+		switch {
+		case errors.Is(err, errNoPgbench):
+		case err != nil:
+			return r, fmt.Errorf("raw commit: %w", err)
+		default:
+			sort.Float64s(lat)
+			r.rawCommit = percentile(lat, .5)
+		}
+	}
 	cpuFrom, loadFrom := readCPU(), mustProcCPU("/proc/self/stat")
 	ledgerFrom, _ := procCPU(fmt.Sprintf("/proc/%d/stat", child.pid()))
 	start := time.Now()
 	if c > 0 {
-		r.accepted, err = clientsClosedLoop(child.base, sink.url, c, opts.ClientDeliveries, clientRunFor)
+		var accepts []float64
+		r.accepted, accepts, err = clientsClosedLoop(child.base, sink.url, c, opts.ClientDeliveries, clientRunFor)
+		r.acceptP50, r.acceptP99 = percentile(accepts, .5), percentile(accepts, .99)
 	} else {
 		r.accepted, err = clientsFixedRate(child.base, sink.url, opts.Rate, opts.RateFor)
 	}
@@ -206,17 +236,17 @@ func clientsBody(recipient string, sent time.Time) []byte {
 }
 
 // clientsClosedLoop sends n deliveries from c clients, each waiting for its 202 before the next,
-// for at most d; it returns how many were accepted.
-func clientsClosedLoop(base, recipient string, c, n int, d time.Duration) (int, error) {
+// for at most d; it returns how many were accepted and the accepts' latencies, sorted (ms).
+func clientsClosedLoop(base, recipient string, c, n int, d time.Duration) (int, []float64, error) {
 	var tickets atomic.Int64
-	accepted, _, err := closedLoop(c, d, func() error {
+	accepted, lat, err := closedLoop(c, d, func() error {
 		if tickets.Add(1) > int64(n) {
 			return errLoopDone
 		}
 		_, err := acceptBody(base, clientsBody(recipient, time.Now()))
 		return err
 	})
-	return int(accepted), err
+	return int(accepted), lat.sorted(), err
 }
 
 // clientsFixedRate sends at rate a second for d, open loop (each request at its scheduled time,

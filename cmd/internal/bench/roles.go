@@ -114,7 +114,8 @@ func benchRoles(ctx context.Context, base app.Config, opts Options, rep *Report,
 	}{
 		{fmt.Sprintf("at%d", opts.Rate), func() (int, error) { return clientsFixedRate(api, sink.url, opts.Rate, opts.RateFor) }},
 		{"max", func() (int, error) {
-			return clientsClosedLoop(api, sink.url, rolesClients, opts.ClientDeliveries, rolesMaxFor)
+			n, _, err := clientsClosedLoop(api, sink.url, rolesClients, opts.ClientDeliveries, rolesMaxFor)
+			return n, err
 		}},
 	} {
 		n, err := r.measure(ctx, rep, out, "roles_"+run.name, run.send)
@@ -353,7 +354,7 @@ func (r *rolesPhase) relayAlone(ctx context.Context, rep *Report, out io.Writer)
 	if err := r.env.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM events`).Scan(&head); err != nil {
 		return err
 	}
-	n, err := clientsClosedLoop(r.procs["api"].base, r.sink.url, 16, r.opts.rolesBacklog(), rolesMaxFor)
+	n, _, err := clientsClosedLoop(r.procs["api"].base, r.sink.url, 16, r.opts.rolesBacklog(), rolesMaxFor)
 	if err != nil {
 		return fmt.Errorf("fill the outbox: %w", err)
 	}

@@ -411,6 +411,11 @@ func benchTargets(opts Options, rep *Report) []benchTarget {
 		v, ok := r[k]
 		add(k, ">= 0.9", v, v >= 0.9, ok)
 	}
+	// The single client: its accept, with the whole pipeline running, near the database's own
+	// single-row commit (pgbench in the same run).
+	if v, ok := r["clients_defaults_1_accept_vs_raw_commit_p50"]; ok {
+		add("clients_defaults_1_accept_vs_raw_commit_p50", "<= 2", v, v <= 2, true)
+	}
 	at := fmt.Sprintf("clients_defaults_at%d", opts.Rate)
 	if p99, ok := l[at+"_p99"]; ok {
 		add(at+"_p99", "< 1000 ms", p99, p99 < 1000, true)
