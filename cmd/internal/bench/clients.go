@@ -70,6 +70,9 @@ type clientRun struct {
 	// acceptP50 and acceptP99 are the closed-loop clients' accept latencies (ms); rawCommit
 	// the p50 of the database's own single-row commit timed just before a one-client run (0:
 	// not timed), and pgbench pgbench's average of the same.
+	// commits, writes and statements are PostgreSQL's work per delivery (pgWorkPer) over the
+	// run; statements is -1 when not counted.
+	commits, writes, statements              float64
 	acceptP50, acceptP99, rawCommit, pgbench float64
 	cpu                                      map[string]float64
 	rssMB                                    float64
@@ -120,6 +123,18 @@ func benchClients(ctx context.Context, base app.Config, opts Options, rep *Repor
 			rep.Counts[key+"_accepted"], rep.Counts[key+"_delivered"] = r.accepted, r.delivered
 			rep.Counts[key+"_duplicates"], rep.Counts[key+"_deferrals"] = r.duplicates, r.deferrals
 			rep.Counts[key+"_peak_rss_mb"] = int(r.rssMB + 0.5)
+			if l.clients == 0 && r.delivered > 0 {
+				// Every role of the product, the projector's apply included (the rate phase
+				// runs no projector).
+				rep.CommitsPerDelivery[key], rep.CommitsPerDelivery[key+"_writing"] = r.commits, r.writes
+				counted := "statements not counted (pg_stat_statements is not preloaded)"
+				if r.statements >= 0 {
+					rep.StatementsPerDelivery[key] = r.statements
+					counted = fmt.Sprintf("%.2f statements", r.statements)
+				}
+				benchLog(out, "clients, %-8s %-10s PostgreSQL per delivery, every role: %.2f commits, %.2f of them writing, %s",
+					s.Name, fmt.Sprintf("%d/s", opts.Rate), r.commits, r.writes, counted)
+			}
 			load := fmt.Sprintf("%2d clients", l.clients)
 			if l.clients == 0 {
 				load = fmt.Sprintf("%d/s", opts.Rate)
@@ -171,6 +186,10 @@ func clientsRun(ctx context.Context, base app.Config, opts Options, s Setting, c
 		}
 		r.rawCommit, r.pgbench = percentile(raw.latencies, .5), raw.pgbenchAverage
 	}
+	workFrom, err := pgWorkSoFar(ctx, env.pool)
+	if err != nil {
+		return r, err
+	}
 	cpuFrom, loadFrom := readCPU(), mustProcCPU("/proc/self/stat")
 	ledgerFrom, _ := procCPU(fmt.Sprintf("/proc/%d/stat", child.pid()))
 	start := time.Now()
@@ -192,6 +211,10 @@ func clientsRun(ctx context.Context, base app.Config, opts Options, s Setting, c
 	cpuTo, loadTo := readCPU(), mustProcCPU("/proc/self/stat")
 	ledgerTo, _ := procCPU(fmt.Sprintf("/proc/%d/stat", child.pid()))
 	r.rssMB = child.peakRSSMB()
+	workTo, err := pgWorkSoFar(ctx, env.pool)
+	if err != nil {
+		return r, err
+	}
 
 	r.delivered = sink.unique()
 	r.duplicates = int(sink.arrivals.Load()) - r.delivered
@@ -209,6 +232,7 @@ func clientsRun(ctx context.Context, base app.Config, opts Options, s Setting, c
 			"load":     ms(loadTo - loadFrom),
 		}
 		r.cpu["total"] = r.cpu["ledger"] + r.cpu["postgres"] + r.cpu["rabbitmq"]
+		r.commits, r.writes, r.statements = pgWorkPer(workFrom, workTo, n)
 	}
 	if err := env.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE type = 'delivery.deferred'`).Scan(&r.deferrals); err != nil {
 		return r, err

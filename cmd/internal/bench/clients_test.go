@@ -43,6 +43,16 @@ func TestBenchClientsPhase(t *testing.T) {
 				t.Errorf("%s: rate %v, p99 %v, ledger CPU %v, peak RSS %v: want each measured", k,
 					rep.Throughput[k], rep.LatencyMS[k+"_p99"], rep.CPUPerDelivery[k+"_ledger"], rep.Counts[k+"_peak_rss_mb"])
 			}
+			if load == "4" && rep.LatencyMS[k+"_accept_p50"] <= 0 {
+				t.Errorf("%s: no accept p50 of the closed loop", k)
+			}
+		}
+		// The fixed-rate run counts PostgreSQL's work per delivery over every role (group
+		// commits may share a transaction among deliveries, other tests' transactions count
+		// too: a floor of one).
+		k := "clients_" + s.Name + "_at50"
+		if w := rep.CommitsPerDelivery[k+"_writing"]; w < 1 || rep.CommitsPerDelivery[k] < 1 {
+			t.Errorf("%s: %v commits per delivery, %v writing: want both measured", k, rep.CommitsPerDelivery[k], w)
 		}
 	}
 	if _, ok := rep.Ratios["clients_defaults_vs_tuned_4"]; !ok {
