@@ -364,11 +364,15 @@ func TestNewAcceptNotifiesTheRelayOnce(t *testing.T) {
 		return rec
 	}
 	notified() // what the suppression's write raised
-	if _, _, err := store.RecordAccept(ctx, withOutbox("warm-up")); err != nil {
-		t.Fatal(err)
-	}
-	if n := notified(); n != 1 {
-		t.Fatalf("the first accept notified %d times, want once", n)
+	here := commands.RecipientRef{Channel: "webhook", Recipient: "https://example.com/here"}
+	// Each form of the write is prepared on the connection by its first use.
+	for _, rec := range []commands.AcceptRecord{withOutbox("warm-up"), withOutbox("warm-up-guarded", here)} {
+		if _, _, err := store.RecordAccept(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		if n := notified(); n != 1 {
+			t.Fatalf("a first accept notified %d times, want once", n)
+		}
 	}
 	statements := counter.statements.Load()
 	if n := counter.during(func() { _, _, err = store.RecordAccept(ctx, withOutbox("new")) }); n != 1 || err != nil {
@@ -382,6 +386,17 @@ func TestNewAcceptNotifiesTheRelayOnce(t *testing.T) {
 	if n := notified(); n != 1 {
 		t.Fatalf("a new accept notified %d times, want once", n)
 	}
+	// A guard's probe rides on the same check: no statement of its own either.
+	statements = counter.statements.Load()
+	if _, _, err := store.RecordAccept(ctx, withOutbox("guarded", here)); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.statements.Load() - statements; n != 6 {
+		t.Fatalf("a guarded new accept ran %d statements, want 6: the guard has no statement of its own", n)
+	}
+	if n := notified(); n != 1 {
+		t.Fatalf("a guarded new accept notified %d times, want once", n)
+	}
 	if _, _, err := store.RecordAccept(ctx, withOutbox("blocked", commands.RecipientRef{Channel: "webhook",
 		Recipient: "https://example.com/gone"})); !errors.Is(err, commands.ErrRecipientBlocked) {
 		t.Fatalf("a blocked recipient: %v", err)
@@ -389,11 +404,16 @@ func TestNewAcceptNotifiesTheRelayOnce(t *testing.T) {
 	if _, replayed, err := store.RecordAccept(ctx, withOutbox("new")); err != nil || !replayed {
 		t.Fatalf("the repeat: %v %v", replayed, err)
 	}
+	// A taken key is found before a blocked recipient: the repeat is answered, not refused.
+	if _, replayed, err := store.RecordAccept(ctx, withOutbox("guarded", commands.RecipientRef{Channel: "webhook",
+		Recipient: "https://example.com/gone"})); err != nil || !replayed {
+		t.Fatalf("the repeat of a guarded key, its recipient blocked since: %v %v", replayed, err)
+	}
 	if n := notified(); n != 0 {
 		t.Fatalf("a refused accept and a repeat notified %d times, want none", n)
 	}
 	var rows int
-	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_ledger_outbox`).Scan(&rows); err != nil || rows != 2 {
-		t.Fatalf("%d outbox rows (%v), want 2", rows, err)
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM watermill_ledger_outbox`).Scan(&rows); err != nil || rows != 4 {
+		t.Fatalf("%d outbox rows (%v), want 4", rows, err)
 	}
 }

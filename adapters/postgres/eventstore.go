@@ -589,12 +589,16 @@ func (s *EventStore) newAccepts(ctx context.Context, recs []commands.AcceptRecor
 	since := s.acceptSinces(tenants)
 	w := &a.batch
 	_, _ = w.Exec(ctx, acceptRequestLockAll, lockKeys)
+	// The keys' check carries the relay's notification and the guards' probe: a key taken is
+	// found first (its column comes first), a blocked recipient then.
+	check, args := acceptRequestsAbsent, []any{tenants, keys, since}
 	if len(outbox) > 0 {
-		_, _ = w.Exec(ctx, acceptRequestsAbsentNotify, tenants, keys, since, OutboxNotifyChannel)
-	} else {
-		_, _ = w.Exec(ctx, acceptRequestsAbsent, tenants, keys, since)
+		check, args = acceptRequestsAbsentNotify, append(args, OutboxNotifyChannel)
 	}
-	queueGuard(ctx, w, recs)
+	if guard, guardArgs := recipientsUnblockedColumn(recs, len(args)); guard != "" {
+		check, args = check+", "+guard, append(args, guardArgs...)
+	}
+	_, _ = w.Exec(ctx, check, args...)
 	_, _ = w.Exec(ctx, acceptRequestPutMany, tenants, keys, hashes, responses)
 	if err := errors.Join(appendEvents(ctx, w, events), writeOutbox(ctx, w, outbox)); err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -133,6 +135,30 @@ const sqlstateBlocked = "2201F"
 // snapshot, so a suppression committed before the accept's write is seen, as the probe before
 // the transaction saw it. It returns "" when no record has a guard.
 func recipientsUnblocked(recs []commands.AcceptRecord) (string, []any) {
+	q, args := guardProbe(recs)
+	if q == "" {
+		return "", nil
+	}
+	return `SELECT ` + unblockedOf(q), args
+}
+
+// recipientsUnblockedColumn is recipientsUnblocked as a column of a statement that has n
+// parameters of its own before the probe's: the new accepts' check of their keys carries it
+// (newAccepts), a statement less per accept.
+func recipientsUnblockedColumn(recs []commands.AcceptRecord, n int) (string, []any) {
+	q, args := guardProbe(recs)
+	if q == "" {
+		return "", nil
+	}
+	return `(SELECT ` + unblockedOf(renumberParams(q, n)) + `)`, args
+}
+
+func unblockedOf(probe string) string {
+	return `sqrt(-count(*)::float8) FROM (` + probe + `) AS blocked`
+}
+
+// guardProbe is the probe of every guarded recipient of recs, "" for none.
+func guardProbe(recs []commands.AcceptRecord) (string, []any) {
 	var rows []probeRow
 	for _, rec := range recs {
 		if g := rec.Guard; g != nil {
@@ -142,8 +168,18 @@ func recipientsUnblocked(recs []commands.AcceptRecord) (string, []any) {
 	if len(rows) == 0 {
 		return "", nil
 	}
-	q, args := probeQuery(rows)
-	return `SELECT sqrt(-count(*)::float8) FROM (` + q + `) AS blocked`, args
+	return probeQuery(rows)
+}
+
+var paramRef = regexp.MustCompile(`\$([0-9]+)`)
+
+// renumberParams moves the parameter references of sql ($1, $2, ...) n places on. The probes'
+// texts have no dollar other than their parameters' (no dollar quoting, no such literal).
+func renumberParams(sql string, n int) string {
+	return paramRef.ReplaceAllStringFunc(sql, func(ref string) string {
+		i, _ := strconv.Atoi(ref[1:])
+		return "$" + strconv.Itoa(i+n)
+	})
 }
 
 // queueGuard queues recipientsUnblocked for recs in w, when one has a guard.
