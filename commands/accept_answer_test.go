@@ -166,13 +166,9 @@ type fixedClock struct{ at time.Time }
 
 func (c fixedClock) Now() time.Time { return c.at }
 
-// TestAcceptRepeatGetsTheFirstAnswer: through the real store, alone and in a group commit, a
-// repeat of an accept is told exactly what the first request was (to the nanosecond of a clock
-// in another zone), for a single delivery, a scheduled one, a suppressed one and a fan-out; the
-// answer is stored in the compact form.
-func TestAcceptRepeatGetsTheFirstAnswer(t *testing.T) {
-	t.Parallel()
-	stores := map[string]func(*testing.T, *postgres.EventStore) commands.AcceptStore{
+// acceptStores are the two ways the accept reaches the real store: alone, and in a group commit.
+func acceptStores() map[string]func(*testing.T, *postgres.EventStore) commands.AcceptStore {
+	return map[string]func(*testing.T, *postgres.EventStore) commands.AcceptStore{
 		"single": func(_ *testing.T, s *postgres.EventStore) commands.AcceptStore { return s },
 		"batched": func(t *testing.T, s *postgres.EventStore) commands.AcceptStore {
 			b := postgres.NewAcceptBatcher(s, 1, 16)
@@ -180,7 +176,15 @@ func TestAcceptRepeatGetsTheFirstAnswer(t *testing.T) {
 			return b
 		},
 	}
-	for name, build := range stores {
+}
+
+// TestAcceptRepeatGetsTheFirstAnswer: through the real store, alone and in a group commit, a
+// repeat of an accept is told exactly what the first request was (to the nanosecond of a clock
+// in another zone), for a single delivery, a scheduled one, a suppressed one and a fan-out; the
+// answer is stored in the compact form.
+func TestAcceptRepeatGetsTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	for name, build := range acceptStores() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()

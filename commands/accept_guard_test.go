@@ -32,15 +32,7 @@ func (c *countedProbes) Blocks(ctx context.Context, tenant, category string, ref
 // between two accepts is seen by the second.
 func TestAcceptLeavesTheProbeToTheStoresTransaction(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(*testing.T, *postgres.EventStore) commands.AcceptStore{
-		"single": func(_ *testing.T, s *postgres.EventStore) commands.AcceptStore { return s },
-		"batched": func(t *testing.T, s *postgres.EventStore) commands.AcceptStore {
-			b := postgres.NewAcceptBatcher(s, 1, 16)
-			t.Cleanup(b.Close)
-			return b
-		},
-	}
-	for name, build := range stores {
+	for name, build := range acceptStores() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
