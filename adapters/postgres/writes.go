@@ -23,7 +23,11 @@ type execer interface {
 //
 // A write's statements read no table (inserts of parameter arrays, pg_notify), so their plans
 // cannot go stale as the tables grow: a writeBatch lets them reuse a generic plan (see
-// planGenerically). Do not queue a statement that reads a table on one.
+// planGenerically). Do not queue a statement that reads a table on one, but for the probes of
+// a key that the accept's write makes (acceptRequestsAbsent, recipientsUnblocked): a generic
+// plan of an equality on a unique index's key (the accept_requests partitions' primary key,
+// suppressions_active) is that index's scan even on an empty table without statistics, where
+// PostgreSQL assumes ten pages (checked by hand with force_generic_plan on PostgreSQL 15).
 type writeBatch struct {
 	batch pgx.Batch
 }
