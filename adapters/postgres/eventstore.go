@@ -555,9 +555,7 @@ const acceptRequestsAbsent = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::tex
 // acceptRequestsAbsentNotify is acceptRequestsAbsent that also notifies the relay ($4, the outbox's
 // channel), for a write with outbox rows: the notification is sent only if the transaction
 // commits, wherever in it it is raised, and a statement less goes with every accept.
-const acceptRequestsAbsentNotify = `SELECT 1 / (NOT EXISTS (SELECT FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(tenant, request_key, since)
-  CROSS JOIN LATERAL (SELECT FROM accept_requests r WHERE r.tenant = u.tenant AND r.request_key = u.request_key
-    AND r.created_at >= u.since LIMIT 1) AS r))::int, pg_notify($4, '')`
+const acceptRequestsAbsentNotify = acceptRequestsAbsent + `, pg_notify($4, '')`
 
 // acceptWrite is the write of requests taken as new, of distinct keys: their locks, a check that
 // no partition holds their keys, then their accept_requests rows, before the events and outbox

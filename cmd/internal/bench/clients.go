@@ -67,12 +67,12 @@ type clientRun struct {
 	accepted, delivered, duplicates, deferrals int
 	rate                                       float64 // delivered per second, first send → last delivery
 	p50, p99                                   float64 // publish → sink, ms
-	// acceptP50 and acceptP99 are the closed-loop clients' accept latencies (ms); rawCommit
-	// the p50 of the database's own single-row commit timed just before a one-client run (0:
-	// not timed), and pgbench pgbench's average of the same.
 	// commits, writes and statements are PostgreSQL's work per delivery (pgWorkPer) over the
 	// run; statements is -1 when not counted.
-	commits, writes, statements              float64
+	commits, writes, statements float64
+	// acceptP50 and acceptP99 are the closed-loop clients' accept latencies (ms); rawCommit is
+	// the p50 of the database's own single-row commit timed just before a one-client run (0:
+	// not timed), and pgbench pgbench's average of the same.
 	acceptP50, acceptP99, rawCommit, pgbench float64
 	cpu                                      map[string]float64
 	rssMB                                    float64
