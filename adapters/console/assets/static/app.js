@@ -741,12 +741,17 @@
       }
       if (page.gone) return false;
       problems.replaceChildren();
+      // The two reads run side by side: an event committed between them is in the delivery's
+      // version but not in the history read before it. The history counts as shown only once it
+      // holds the delivery's version, and the page polls until it does.
+      const history = events.events;
+      const historyVersion = history.length ? history[history.length - 1].version : 0;
       if (d.version !== shownVersion) {
         renderStatus(statusBox, d);
-        renderSuppressed(suppressedBox, d, events.events);
-        renderTimeline(historyList, events.events);
-        renderPayload(payloadBox, events.events);
-        shownVersion = d.version;
+        renderSuppressed(suppressedBox, d, history);
+        renderTimeline(historyList, history);
+        renderPayload(payloadBox, history);
+        if (historyVersion >= d.version) shownVersion = d.version;
       }
       if (d.state !== shownState) {
         shownState = d.state;
@@ -754,7 +759,7 @@
       }
       const settled = SETTLED.has(d.state);
       live.textContent = settled ? '' : 'The delivery is ' + d.state + ': refreshing every second.';
-      return !settled;
+      return !settled || historyVersion < d.version;
     };
 
     // done shows what an action did and follows the delivery until it settles again.
