@@ -967,10 +967,6 @@ func TestAcceptAnswersAreBytesInEveryPartition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	all, err := postgres.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := pgtest.MigrationVersion(t, "accept_answer_bytes") - 1
 	// Partitions cut while the answers were jsonb, then the migration.
 	if _, err := postgres.Migrate(ctx, b.schema.Pool, before, nil); err != nil {
@@ -1008,8 +1004,9 @@ func TestAcceptAnswersAreBytesInEveryPartition(t *testing.T) {
 	if _, err := postgres.Migrate(ctx, b.schema.Pool, before, nil); err == nil || !strings.Contains(err.Error(), "1 answers in the compact form") {
 		t.Fatalf("migrating below the compact answers: %v, want a refusal naming them", err)
 	}
-	if v, err := postgres.SchemaVersion(ctx, b.schema.Pool); err != nil || v != all[len(all)-1].Version {
-		t.Fatalf("after the refusal the schema is at %d (%v), want %d", v, err, all[len(all)-1].Version)
+	// The migrations above it went down; the refused one stays.
+	if v, err := postgres.SchemaVersion(ctx, b.schema.Pool); err != nil || v != pgtest.MigrationVersion(t, "accept_answer_bytes") {
+		t.Fatalf("after the refusal the schema is at %d (%v), want %d", v, err, pgtest.MigrationVersion(t, "accept_answer_bytes"))
 	}
 	if _, err := b.schema.Pool.Exec(ctx, `DELETE FROM accept_requests WHERE request_key = 'compact-1'`); err != nil {
 		t.Fatal(err)

@@ -118,5 +118,5 @@ func NotifyWaker(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) <
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return newNotifyWaker(ctx, pool, OutboxNotifyChannel, logger)
+	return NewOutboxWaker(ctx, pool, logger).Subscribe(ctx)
 }

@@ -3,35 +3,44 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deliveryledger/ledger/commands"
 )
 
-// OutboxShards is the number of outbox topics, each relayed by its own forwarder. It is fixed,
-// not configured: a writer and a relay that disagreed on it would strand messages. Raising it
-// needs a migration creating watermill_ledger_outbox_<i> (partitioned as migration 0021 does the
-// first: the rotation and EnsurePartitions take every shard's table) and
-// watermill_offsets_ledger_outbox_<i>.
+// The outbox is split into shards, each relayed by a relay of its own (with standbys taking turns
+// per shard, on the shard's offset row). It stays one table (watermill_ledger_outbox, migration
+// 0026): a row's shard is a column that the writing statement computes from the delivery's hash
+// and the count the database records (outbox_config.shards), so that every writer agrees on it
+// at every moment, whatever it was configured with, and a change of the count takes effect with
+// its commit. A relay reads its shard through the primary key, which leads with the shard; its
+// offset is the consumer group OutboxGroup(group, shard) in the one offsets table.
 //
-// Measured with four shards (ledger bench, 2 cores): the relay alone moved about 1.7 times more
-// messages, but end-to-end throughput stayed where the workers cap it, and latency grew: each
-// shard's subscriber holds a transaction id while it publishes a batch, and the gap-safe read
-// (below pg_snapshot_xmin) makes the other shards wait for it. One shard it is.
-const OutboxShards = 1
+// A delivery's messages share a shard while the count stays; a message written just before a
+// change and the delivery's next one just after can travel in different shards, so a delivery
+// with two messages unrelayed at the moment of a change may see them in either order (the
+// relay drains the shards the change left before stopping their relays).
 
-// OutboxTopic is the watermill-sql topic of outbox shard 0: its rows live in
-// watermill_ledger_outbox; shard i > 0 is OutboxTopic_i.
+// MaxOutboxShards bounds LEDGER_OUTBOX_SHARDS (migration 0026's check).
+const MaxOutboxShards = 64
+
+// OutboxTopic is the watermill-sql topic of the outbox: the table watermill_ledger_outbox. The
+// relay of shard i subscribes to OutboxTopicOf(i), which names the same table's rows of shard i.
 const OutboxTopic = "ledger_outbox"
 
-// OutboxTopicOf names the watermill-sql topic of a shard.
+// OutboxTopicOf names the watermill-sql topic a shard's relay subscribes to.
 func OutboxTopicOf(shard int) string {
 	if shard == 0 {
 		return OutboxTopic
@@ -39,27 +48,139 @@ func OutboxTopicOf(shard int) string {
 	return fmt.Sprintf("%s_%d", OutboxTopic, shard)
 }
 
-// outboxShard places a message: a delivery's messages share a shard.
-func outboxShard(m commands.OutboxMessage) int {
+// outboxShardOfTopic is OutboxTopicOf's inverse; ok is false for a topic that is not the outbox's.
+func outboxShardOfTopic(topic string) (shard int, ok bool) {
+	if topic == OutboxTopic {
+		return 0, true
+	}
+	rest, found := strings.CutPrefix(topic, OutboxTopic+"_")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 1 || n >= MaxOutboxShards || strconv.Itoa(n) != rest {
+		return 0, false
+	}
+	return n, true
+}
+
+// OutboxGroup is the consumer group under which a relay of group moves shard's rows: the group
+// itself for shard 0 (the only offset before shards), group/<shard> for the others.
+func OutboxGroup(group string, shard int) string {
+	if shard == 0 {
+		return group
+	}
+	return group + "/" + strconv.Itoa(shard)
+}
+
+// outboxHash places a message: a delivery's messages have one hash, and the writing statement
+// takes the shard as the hash modulo the recorded count.
+func outboxHash(m commands.OutboxMessage) int64 {
 	key := m.PartitionKey
 	if key == "" {
 		key = m.ID
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % OutboxShards)
+	return int64(h.Sum32())
+}
+
+// Queries of the recorded shard count.
+const (
+	outboxShardsGet = `SELECT shards FROM outbox_config`
+	outboxShardsSet = `UPDATE outbox_config SET shards = $1 WHERE shards <> $1`
+)
+
+// outboxConfigDB is what the shard count's reads and writes need: a pool, a connection or a
+// transaction.
+type outboxConfigDB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// OutboxShards reads how many shards the database's outbox is split into.
+func OutboxShards(ctx context.Context, q outboxConfigDB) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, outboxShardsGet).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read the outbox's shard count: %w", err)
+	}
+	return n, nil
+}
+
+// SetOutboxShards records n as the outbox's shard count and reports whether it changed. Writers
+// take it at their next statement; relays follow it (app's relay role looks every few seconds).
+func SetOutboxShards(ctx context.Context, q outboxConfigDB, n int) (bool, error) {
+	if n < 1 || n > MaxOutboxShards {
+		return false, fmt.Errorf("outbox shards %d: want 1 to %d", n, MaxOutboxShards)
+	}
+	tag, err := q.Exec(ctx, outboxShardsSet, n)
+	if err != nil {
+		return false, fmt.Errorf("record the outbox's shard count: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // OutboxNotifyChannel is the LISTEN/NOTIFY channel an appending transaction signals at commit,
 // so the relay wakes at once instead of waiting for its poll interval.
 const OutboxNotifyChannel = "ledger_outbox"
 
-// OutboxSchema and OutboxOffsets are the watermill-sql adapters shared by the publisher (here)
-// and the relay's subscriber.
+// OutboxSchema and OutboxOffsets are the watermill-sql adapters of the outbox: the publisher's
+// (here: its inserts are outboxInsert's) and the relay's subscriber's. Every shard's topic names
+// the one table, narrowed to the shard's rows, and the one offsets table.
 var (
-	OutboxSchema  = wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 100}
-	OutboxOffsets = wsql.DefaultPostgreSQLOffsetsAdapter{}
+	OutboxSchema  = outboxSchema{wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 100, GenerateMessagesTableName: outboxTableOf}}
+	OutboxOffsets = wsql.DefaultPostgreSQLOffsetsAdapter{GenerateMessagesOffsetsTableName: func(string) string {
+		return `"watermill_offsets_ledger_outbox"`
+	}}
 )
+
+// outboxTableOf is what a topic reads: one shard's rows of the outbox table, for a relay's read
+// (watermill-sql selects FROM it, unqualified; the outbox's insert is outboxSchema's own). Any
+// other topic is a table of its own, as watermill-sql names it.
+func outboxTableOf(topic string) string {
+	shard, ok := outboxShardOfTopic(topic)
+	if !ok {
+		return `"watermill_` + topic + `"`
+	}
+	return fmt.Sprintf(`(SELECT * FROM "watermill_ledger_outbox" WHERE shard = %d) AS shard_rows`, shard)
+}
+
+// outboxSchema is watermill-sql's PostgreSQL schema with the outbox's own insert: the shard is
+// the statement's, from each message's hash and the recorded count.
+type outboxSchema struct{ wsql.DefaultPostgreSQLSchema }
+
+// outboxHashKey is the context key of a message's outboxHash: the forwarder's envelope keeps
+// the wrapped message's context, and InsertQuery reads it there.
+type outboxHashKey struct{}
+
+func (s outboxSchema) InsertQuery(topic string, msgs message.Messages) (wsql.Query, error) {
+	if topic != OutboxTopic {
+		return wsql.Query{}, fmt.Errorf("outbox insert into topic %q: only %q is written", topic, OutboxTopic)
+	}
+	var b strings.Builder
+	b.WriteString(`INSERT INTO "watermill_ledger_outbox" (uuid, payload, metadata, transaction_id, shard)
+SELECT v.uuid, v.payload, v.metadata, pg_current_xact_id(), (v.hash % c.shards)::smallint
+FROM outbox_config c, (VALUES `)
+	args := make([]any, 0, 4*len(msgs))
+	for i, msg := range msgs {
+		hash, ok := msg.Context().Value(outboxHashKey{}).(int64)
+		if !ok {
+			return wsql.Query{}, fmt.Errorf("outbox message %s carries no shard hash", msg.UUID)
+		}
+		metadata, err := json.Marshal(msg.Metadata)
+		if err != nil {
+			return wsql.Query{}, fmt.Errorf("outbox message %s metadata: %w", msg.UUID, err)
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		n := len(args)
+		fmt.Fprintf(&b, "($%d::varchar, $%d::json, $%d::json, $%d::bigint)", n+1, n+2, n+3, n+4)
+		args = append(args, msg.UUID, []byte(msg.Payload), metadata, hash)
+	}
+	b.WriteString(`) AS v(uuid, payload, metadata, hash)`)
+	return wsql.Query{Query: b.String(), Args: args}, nil
+}
 
 // publishOutbox writes messages into the outbox inside tx, through a watermill-sql publisher bound
 // to the transaction and wrapped by watermill's forwarder, which records each message's
@@ -87,29 +208,25 @@ func writeOutbox(ctx context.Context, tx execer, msgs []commands.OutboxMessage) 
 	if err != nil {
 		return fmt.Errorf("outbox publisher: %w", err)
 	}
-	// The forwarder publisher takes one outbox topic and one destination per call: group by
-	// (shard, destination), keeping each group's order.
-	type group struct {
-		shard int
-		topic string
-	}
-	var order []group
-	batches := map[group][]*message.Message{}
+	// The forwarder publisher takes one destination per call: group by destination, keeping each
+	// group's order. Each message carries its hash in its context, for the insert.
+	var order []string
+	batches := map[string][]*message.Message{}
 	for _, m := range msgs {
-		g := group{outboxShard(m), m.Topic}
-		if _, ok := batches[g]; !ok {
-			order = append(order, g)
+		if _, ok := batches[m.Topic]; !ok {
+			order = append(order, m.Topic)
 		}
 		wm := message.NewMessage(m.ID, m.Payload)
 		for k, v := range m.Metadata {
 			wm.Metadata.Set(k, v)
 		}
-		batches[g] = append(batches[g], wm)
+		wm.SetContext(context.WithValue(ctx, outboxHashKey{}, outboxHash(m)))
+		batches[m.Topic] = append(batches[m.Topic], wm)
 	}
-	for _, g := range order {
-		fwd := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: OutboxTopicOf(g.shard)})
-		if err := fwd.Publish(g.topic, batches[g]...); err != nil {
-			return fmt.Errorf("outbox publish to %s: %w", g.topic, err)
+	fwd := forwarder.NewPublisher(pub, forwarder.PublisherConfig{ForwarderTopic: OutboxTopic})
+	for _, topic := range order {
+		if err := fwd.Publish(topic, batches[topic]...); err != nil {
+			return fmt.Errorf("outbox publish to %s: %w", topic, err)
 		}
 	}
 	return nil

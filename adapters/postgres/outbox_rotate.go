@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,18 +39,17 @@ func OutboxRotationInterval(cfg PartitionConfig) time.Duration {
 }
 
 func init() {
-	for shard := range OutboxShards {
-		partitionedTables = append(partitionedTables, PartitionedTable{Name: outboxTable(shard), Key: KeyTimestamp, Width: OutboxPartitionWidth})
-	}
+	partitionedTables = append(partitionedTables, PartitionedTable{Name: outboxTableName, Key: KeyTimestamp, Width: OutboxPartitionWidth})
 }
 
-// outboxTable is the (unquoted) name of a shard's outbox table.
-func outboxTable(shard int) string { return "watermill_" + OutboxTopicOf(shard) }
+// outboxTableName is the (unquoted) name of the outbox table, every shard's rows.
+const outboxTableName = "watermill_ledger_outbox"
 
-// Queries of the rotation. A partition's rows are relayed when every one is at or below the
-// least offset of the consumer groups of its topic (watermill-sql's mark: a group has handed out
-// every row up to (last_processed_transaction_id, offset_acked)); a topic with no group yet has
-// relayed nothing.
+// Queries of the rotation. A partition's rows are relayed when each is at or below the mark of
+// its shard's offset, for every consumer group (watermill-sql's mark: a group has handed out every
+// row up to (last_processed_transaction_id, offset_acked)). A group is a base name (the relay's is
+// "relay") with a shard's offset under OutboxGroup(base, shard); a shard with rows and no offset of
+// a base has relayed nothing, and with no group at all nothing is relayed.
 const (
 	outboxServerClock  = `SELECT clock_timestamp() AT TIME ZONE 'UTC'`
 	outboxXidHorizon   = `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`
@@ -58,15 +58,19 @@ const (
 WHERE i.inhparent = to_regclass($1) AND i.inhdetachpending`
 )
 
-// outboxPartitionUnrelayed is whether a partition holds a row past the least mark.
-func outboxPartitionUnrelayed(shard int, partition string) string {
-	offsets := OutboxOffsets.MessagesOffsetsTable(OutboxTopicOf(shard))
-	return `WITH mark AS (
-	SELECT last_processed_transaction_id AS tx, coalesce(offset_acked, 0) AS off FROM ` + offsets + `
-	UNION ALL SELECT '0'::xid8, 0 WHERE NOT EXISTS (SELECT 1 FROM ` + offsets + `)
-	ORDER BY 1, 2 LIMIT 1)
-SELECT EXISTS (SELECT 1 FROM ` + pgx.Identifier{partition}.Sanitize() + ` m, mark
-	WHERE (m.transaction_id, m."offset") > (mark.tx, mark.off))`
+// outboxPartitionUnrelayed is whether a partition holds a row past its shard's mark: one index
+// probe per shard and base (the primary key leads with the shard).
+func outboxPartitionUnrelayed(partition string) string {
+	offsets := OutboxOffsets.MessagesOffsetsTable(OutboxTopic)
+	table := pgx.Identifier{partition}.Sanitize()
+	return `WITH bases AS (SELECT DISTINCT split_part(consumer_group, '/', 1) AS base FROM ` + offsets + `)
+SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM bases) THEN EXISTS (SELECT 1 FROM ` + table + `)
+ELSE EXISTS (
+	SELECT 1 FROM generate_series(0, ` + strconv.Itoa(MaxOutboxShards-1) + `) s(shard) CROSS JOIN bases b
+	LEFT JOIN ` + offsets + ` o ON o.consumer_group = CASE WHEN s.shard = 0 THEN b.base ELSE b.base || '/' || s.shard END
+	WHERE EXISTS (SELECT 1 FROM ` + table + ` m WHERE m.shard = s.shard
+		AND (o.consumer_group IS NULL OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0)))))
+END`
 }
 
 // outboxSettleWait bounds a rotation's wait for the transactions running when it began.
@@ -100,23 +104,19 @@ func RotateOutbox(ctx context.Context, pool *pgxpool.Pool) ([]Partition, error) 
 		return nil, fmt.Errorf("rotate outbox: %w", err)
 	}
 	defer conn.Release()
-	var dropped []Partition
-	for shard := range OutboxShards {
-		d, err := rotateOutboxShard(ctx, conn.Conn(), shard)
-		dropped = append(dropped, d...)
-		if err != nil {
-			return dropped, fmt.Errorf("rotate outbox shard %d: %w", shard, err)
-		}
+	dropped, err := rotateOutboxTable(ctx, conn.Conn())
+	if err != nil {
+		return dropped, fmt.Errorf("rotate outbox: %w", err)
 	}
 	return dropped, nil
 }
 
-// rotateOutboxShard waits for the writers of the partitions the clock has left, then, under the
+// rotateOutboxTable waits for the writers of the partitions the clock has left, then, under the
 // partition maintenance's lock, finishes the detaches left half-way and drops the complete
 // partitions. The wait is outside the lock: a long transaction elsewhere must not hold up the
 // creation of partitions ahead.
-func rotateOutboxShard(ctx context.Context, conn *pgx.Conn, shard int) ([]Partition, error) {
-	table := outboxTable(shard)
+func rotateOutboxTable(ctx context.Context, conn *pgx.Conn) ([]Partition, error) {
+	table := outboxTableName
 	var clock time.Time
 	if err := conn.QueryRow(ctx, outboxServerClock).Scan(&clock); err != nil {
 		return nil, fmt.Errorf("read the server's clock: %w", err)
@@ -161,7 +161,7 @@ func rotateOutboxShard(ctx context.Context, conn *pgx.Conn, shard int) ([]Partit
 				continue
 			}
 			var unrelayed bool
-			if err := conn.QueryRow(ctx, outboxPartitionUnrelayed(shard, p.Name)).Scan(&unrelayed); err != nil {
+			if err := conn.QueryRow(ctx, outboxPartitionUnrelayed(p.Name)).Scan(&unrelayed); err != nil {
 				return fmt.Errorf("check partition %s: %w", p.Name, err)
 			}
 			if unrelayed {

@@ -18,8 +18,8 @@ import (
 	"github.com/deliveryledger/ledger/commands"
 )
 
-// outboxTable is the outbox's table (shard 0, the only one).
-var outboxTable = "watermill_" + postgres.OutboxTopicOf(0)
+// outboxTable is the outbox's table, every shard's rows.
+var outboxTable = "watermill_" + postgres.OutboxTopic
 
 // outboxOfWidth replaces a fresh schema's outbox partitions (empty) by partitions of width, from
 // now's boundary, so that a test crosses several in seconds.
@@ -65,14 +65,21 @@ func (r *relayed) list() []string {
 // message, until the test ends.
 func subscribeOutbox(t *testing.T, db *pgtest.Schema) *relayed {
 	t.Helper()
+	return subscribeOutboxShard(t, db, 0, nil)
+}
+
+// subscribeOutboxShard is subscribeOutbox for one shard, woken by waker (nil: its own).
+func subscribeOutboxShard(t *testing.T, db *pgtest.Schema, shard int, waker *postgres.OutboxWaker) *relayed {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sub, err := postgres.NewOutboxSubscriber(ctx, db.Pool, postgres.OutboxSubscriberConfig{ConsumerGroup: "relay", Logger: logger}, watermill.NopLogger{})
+	sub, err := postgres.NewOutboxSubscriber(ctx, db.Pool, postgres.OutboxSubscriberConfig{ConsumerGroup: "relay", Shard: shard,
+		Waker: waker, Logger: logger}, watermill.NopLogger{})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	msgs, err := sub.Subscribe(ctx, postgres.OutboxTopicOf(0))
+	msgs, err := sub.Subscribe(ctx, postgres.OutboxTopicOf(shard))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -116,6 +123,18 @@ func appendMessage(t *testing.T, b *storeBundle) string {
 		t.Fatal(err)
 	}
 	return msg.ID
+}
+
+// appendOldMessage writes an outbox row as a writer of before the shards did (the schema below
+// migration 0026 has no shard column), and returns the enveloped message's id.
+func appendOldMessage(t *testing.T, db *pgtest.Schema) string {
+	t.Helper()
+	id := uuid.NewString()
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO `+outboxTable+` (uuid, payload, metadata, transaction_id)
+		VALUES (gen_random_uuid()::text, json_build_object('uuid', $1::text, 'destination_topic', 'ledger.webhook'), '{}', pg_current_xact_id())`, id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // outboxRows counts the outbox's rows.
@@ -457,8 +476,8 @@ func TestOutboxPartitioningKeepsRowsAndOffsets(t *testing.T) {
 		}
 	}
 	migrate(version - 1)
-	first := appendMessage(t, b)
-	appendMessage(t, b)
+	first := appendOldMessage(t, b.schema)
+	appendOldMessage(t, b.schema)
 	markRelay(t, b.schema, "relay", first)
 	if skew := insertFarEast(t, b.schema); skew < 8*time.Hour {
 		t.Fatalf("below the migration a row from UTC+9 is %s off UTC, want 9h (the session's zone)", skew)

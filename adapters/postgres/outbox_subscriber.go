@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,8 +17,10 @@ import (
 
 // OutboxSubscriberConfig tunes the relay's side of the outbox.
 type OutboxSubscriberConfig struct {
-	// ConsumerGroup names the relay's offset row.
+	// ConsumerGroup names the relay's offset row; shard i's is OutboxGroup(ConsumerGroup, i).
 	ConsumerGroup string
+	// Shard is the outbox shard the subscriber reads, through the topic OutboxTopicOf(Shard).
+	Shard int
 	// MaxWait bounds how long an idle relay sleeps when no notification arrives (a safety net:
 	// normally a committed append wakes it at once through LISTEN/NOTIFY).
 	MaxWait time.Duration
@@ -33,7 +37,10 @@ type OutboxSubscriberConfig struct {
 	// relay: is the broker reachable?). While it says no, the subscriber waits outside any
 	// transaction: a poll's transaction holds a transaction id, and while one is open every
 	// gap-safe reader of the cluster (the projector, other relays) is held back.
-	Ready  func() error
+	Ready func() error
+	// Waker, when set, is the shared listener that wakes the subscriber (one per process for
+	// every shard); nil: the subscriber listens on a connection of its own.
+	Waker  *OutboxWaker
 	Logger *slog.Logger
 }
 
@@ -67,16 +74,24 @@ func NewOutboxSubscriber(ctx context.Context, pool *pgxpool.Pool, cfg OutboxSubs
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	wake := newNotifyWaker(ctx, pool, OutboxNotifyChannel, cfg.Logger)
+	if cfg.Shard < 0 || cfg.Shard >= MaxOutboxShards {
+		return nil, fmt.Errorf("outbox shard %d: want 0 to %d", cfg.Shard, MaxOutboxShards-1)
+	}
+	group := OutboxGroup(cfg.ConsumerGroup, cfg.Shard)
+	waker := cfg.Waker
+	if waker == nil {
+		waker = NewOutboxWaker(ctx, pool, cfg.Logger)
+	}
+	wake := waker.Subscribe(ctx)
 	ackDeadline := relayAckDeadline
 	return wsql.NewSubscriber(stdlib.OpenDBFromPool(pool), wsql.SubscriberConfig{
-		ConsumerGroup:  cfg.ConsumerGroup,
+		ConsumerGroup:  group,
 		AckDeadline:    &ackDeadline,
 		PollInterval:   cfg.MaxWait,
 		ResendInterval: cfg.ResendInterval,
 		RetryInterval:  time.Second,
 		BackoffManager: &notifyBackoff{ctx: ctx, wake: wake, maxWait: cfg.MaxWait, retry: time.Second, gather: cfg.Gather,
-			visible: visibleCheck(pool, OutboxTopic, cfg.ConsumerGroup), ready: cfg.Ready, logger: cfg.Logger},
+			visible: visibleCheck(pool, cfg.Shard, group), ready: cfg.Ready, logger: cfg.Logger},
 		SchemaAdapter:  OutboxSchema,
 		OffsetsAdapter: gatedOffsets{OffsetsAdapter: OutboxOffsets, beforeAck: cfg.BeforeAck, logger: cfg.Logger},
 	}, logger)
@@ -218,15 +233,15 @@ func (b *notifyBackoff) next(logger watermill.LoggerAdapter, noMsg bool, err err
 	return 0
 }
 
-// visibleCheck returns a query-once check for outbox rows past the consumer group's offset that
-// the gap-safe read would return now: the condition of watermill-sql's PostgreSQL select, without
-// its lock on the offset row.
-func visibleCheck(pool *pgxpool.Pool, topic, consumerGroup string) func() bool {
+// visibleCheck returns a query-once check for rows of shard past the consumer group's offset
+// that the gap-safe read would return now: the condition of watermill-sql's PostgreSQL select,
+// without its lock on the offset row.
+func visibleCheck(pool *pgxpool.Pool, shard int, consumerGroup string) func() bool {
 	// A row comparison on the primary key, ordered and limited, so that it is an index probe
 	// however the table has grown (and whether or not it was ever analyzed).
-	offsets := OutboxOffsets.MessagesOffsetsTable(topic)
-	query := `SELECT 1 FROM ` + OutboxSchema.MessagesTable(topic) + ` m
-		WHERE (m.transaction_id, m."offset") > (
+	offsets := OutboxOffsets.MessagesOffsetsTable(OutboxTopic)
+	query := `SELECT 1 FROM "watermill_ledger_outbox" m
+		WHERE m.shard = $2 AND (m.transaction_id, m."offset") > (
 			(SELECT last_processed_transaction_id FROM ` + offsets + ` WHERE consumer_group = $1),
 			(SELECT offset_acked FROM ` + offsets + ` WHERE consumer_group = $1))
 		AND m.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
@@ -235,26 +250,53 @@ func visibleCheck(pool *pgxpool.Pool, topic, consumerGroup string) func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var one int
-		err := pool.QueryRow(ctx, query, consumerGroup).Scan(&one)
+		err := pool.QueryRow(ctx, query, consumerGroup, shard).Scan(&one)
 		// No row: nothing to read yet. Any other error: let the poll meet it and report it.
 		return !errors.Is(err, pgx.ErrNoRows)
 	}
 }
 
-// newNotifyWaker listens on a channel with a dedicated connection and signals (coalesced) every
-// notification. It reconnects on failure; while it cannot listen, the max wait still bounds
-// latency.
-func newNotifyWaker(ctx context.Context, pool *pgxpool.Pool, channel string, logger *slog.Logger) <-chan struct{} {
-	wake := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+// outboxShardsPending lists the shards holding a row past their offset under group (a base
+// group: shard i's offset is OutboxGroup(group, i)), whether or not it is readable yet; a shard
+// with rows and no offset row is pending. One index probe per shard.
+const outboxShardsPending = `SELECT s.shard FROM generate_series(0, $2::int - 1) s(shard)
+LEFT JOIN "watermill_offsets_ledger_outbox" o
+	ON o.consumer_group = CASE WHEN s.shard = 0 THEN $1 ELSE $1 || '/' || s.shard END
+WHERE EXISTS (SELECT 1 FROM "watermill_ledger_outbox" m WHERE m.shard = s.shard
+	AND (o.consumer_group IS NULL OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0))))
+ORDER BY 1`
+
+// OutboxShardsPending lists the shards that hold rows the relays of group have not moved yet.
+func OutboxShardsPending(ctx context.Context, q Querier, group string) ([]int, error) {
+	rows, err := q.Query(ctx, outboxShardsPending, group, MaxOutboxShards)
+	if err != nil {
+		return nil, fmt.Errorf("list the outbox's pending shards: %w", err)
 	}
+	shards, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("list the outbox's pending shards: %w", err)
+	}
+	out := make([]int, len(shards))
+	for i, s := range shards {
+		out[i] = int(s)
+	}
+	return out, nil
+}
+
+// OutboxWaker listens for the outbox's notifications on one dedicated connection and signals
+// every subscribed channel (coalesced) at each. It reconnects on failure; while it cannot
+// listen, the subscribers' max wait still bounds latency.
+type OutboxWaker struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+}
+
+// NewOutboxWaker starts listening; it stops with ctx.
+func NewOutboxWaker(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *OutboxWaker {
+	w := &OutboxWaker{subs: map[chan struct{}]struct{}{}}
 	go func() {
 		for ctx.Err() == nil {
-			err := listen(ctx, pool, channel, signal)
+			err := listen(ctx, pool, OutboxNotifyChannel, w.signal)
 			if ctx.Err() != nil {
 				return
 			}
@@ -265,7 +307,34 @@ func newNotifyWaker(ctx context.Context, pool *pgxpool.Pool, channel string, log
 			}
 		}
 	}()
-	return wake
+	return w
+}
+
+// Subscribe returns a channel signalled at every notification from now on, until ctx ends. It
+// is signalled once at once: anything committed before may not have been seen.
+func (w *OutboxWaker) Subscribe(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{}
+	w.mu.Lock()
+	w.subs[ch] = struct{}{}
+	w.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		delete(w.subs, ch)
+		w.mu.Unlock()
+	})
+	return ch
+}
+
+func (w *OutboxWaker) signal() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func listen(ctx context.Context, pool *pgxpool.Pool, channel string, signal func()) error {

@@ -15,9 +15,9 @@ import (
 // columns those plans need: sampling only them keeps an ANALYZE cheap (the whole events table,
 // with its jsonb payloads, took 0.6 s at 60,000 rows).
 var statisticsTables = map[string]string{
-	"events":                                "(delivery_id, idempotency_key, transaction_id)",
-	"accept_requests":                       "(tenant, request_key)",
-	OutboxSchema.MessagesTable(OutboxTopic): "(transaction_id)",
+	"events":                    "(delivery_id, idempotency_key, transaction_id)",
+	"accept_requests":           "(tenant, request_key)",
+	`"` + outboxTableName + `"`: "(shard, transaction_id)",
 }
 
 // Statistics thresholds: a table is analyzed again when it changed by as many rows as it holds

@@ -88,13 +88,14 @@ func handoverRow(role string) string {
 				ORDER BY e.transaction_id, e.position LIMIT 1) IS NOT NULL
 			FROM projection_checkpoints c WHERE c.name = 'status'`
 	}
-	// One outbox shard (postgres.OutboxShards): rows past the offset, below the snapshot's
-	// xmin (what the relay may read), are work to do.
-	return `SELECT p.last_processed_transaction_id::text || '/' || coalesce(p.offset_acked, 0),
-			EXISTS (SELECT 1 FROM watermill_ledger_outbox o
-				WHERE (o.transaction_id, o."offset") > (p.last_processed_transaction_id, coalesce(p.offset_acked, 0))
-				AND o.transaction_id < pg_snapshot_xmin(pg_current_snapshot()))
-		FROM watermill_offsets_ledger_outbox p WHERE p.consumer_group = 'relay'`
+	// Every outbox shard's offset (the relay's consumer group per shard): rows past one, below
+	// the snapshot's xmin (what the relay may read), are work to do.
+	return `SELECT string_agg(p.consumer_group || '=' || p.last_processed_transaction_id::text || '/' || coalesce(p.offset_acked, 0), ',' ORDER BY p.consumer_group),
+			coalesce(bool_or(EXISTS (SELECT 1 FROM watermill_ledger_outbox o
+				WHERE o.shard = CASE WHEN p.consumer_group = 'relay' THEN 0 ELSE split_part(p.consumer_group, '/', 2)::int END
+				AND (o.transaction_id, o."offset") > (p.last_processed_transaction_id, coalesce(p.offset_acked, 0))
+				AND o.transaction_id < pg_snapshot_xmin(pg_current_snapshot()))), false)
+		FROM watermill_offsets_ledger_outbox p WHERE p.consumer_group = 'relay' OR p.consumer_group LIKE 'relay/%'`
 }
 
 // waiting reports whether process name has a backend waiting for a lock.

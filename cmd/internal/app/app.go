@@ -169,6 +169,9 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.ensurePartitions(ctx); err != nil {
 		return err
 	}
+	if err := a.recordOutboxShards(ctx); err != nil {
+		return err
+	}
 	if err := amqp.DeclareTopology(cfg.AMQPURL, a.topology, logger); err != nil {
 		if !a.roles["relay"] && !a.roles["worker"] {
 			// The API and the projector only write to PostgreSQL: accepting while the broker is
@@ -375,7 +378,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.roles["relay"] {
 		// The relay's own writes (outbox offsets, queued records) are safe to lose in a database
 		// crash, so they commit without waiting for the disk (see postgres.AsyncCommit).
-		relayPool, err := postgres.Connect(ctx, a.cfg.DatabaseURL, "", 4, postgres.AsyncCommit())
+		relayPool, err := postgres.Connect(ctx, a.cfg.DatabaseURL, "", relayPoolSize, postgres.AsyncCommit())
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}

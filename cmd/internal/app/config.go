@@ -110,6 +110,10 @@ type Config struct {
 	ProjectorGather       time.Duration
 	// RelayGather is the relay's wait between a notification and its poll.
 	RelayGather time.Duration
+	// OutboxShards, when above 0, is recorded at start as the database's outbox shard count
+	// (every writer and relay follows the database's); 0 leaves the count as recorded (1 on a
+	// fresh database).
+	OutboxShards int
 	// The reconciler role: how often it looks for receipts overdue and unknowns to ask about.
 	ReconcileInterval time.Duration
 	// ReconcileUnknownAfter is how long after an unknown outcome the reconciler first asks.
@@ -198,6 +202,7 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ProjectorBatchSize, "projector-batch-size", projections.DefaultBatchSize, "events the projector applies per transaction")
 	fs.DurationVar(&c.ProjectorPollInterval, "projector-poll-interval", projections.DefaultPollInterval, "longest wait of an idle projector before it reads the log again")
 	fs.DurationVar(&c.RelayGather, "relay-gather", postgres.DefaultRelayGather, "how long the relay waits after an append's notification before it reads the outbox, so that close appends travel in one batch (0: at once)")
+	fs.IntVar(&c.OutboxShards, "outbox-shards", 0, fmt.Sprintf("shards of the outbox, each moved by a relay of its own (a delivery's messages share one): recorded in the database at start, and followed by every process (0: the database's count, 1 on a fresh database; at most %d)", postgres.MaxOutboxShards))
 	fs.DurationVar(&c.ProjectorGather, "projector-gather", projections.DefaultGather, "shortest time between two reads of the log by a projector that has caught up, so that a busy log's events are applied together (0: read at every append)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", defaultReconcileInterval, "how often the reconciler asks providers about receipts overdue and unknown outcomes")
 	fs.DurationVar(&c.ReconcileUnknownAfter, "reconcile-unknown-after", defaultReconcileUnknownAfter, "how long after an unknown outcome the reconciler first asks its provider (one that took the message while the call timed out may not list it at once, and a lookup that finds nothing retries the delivery)")
@@ -249,6 +254,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReplayJobPage < 1 {
 		errs = append(errs, fmt.Errorf("--replay-job-page %d is below 1", c.ReplayJobPage))
+	}
+	if c.OutboxShards < 0 || c.OutboxShards > postgres.MaxOutboxShards {
+		errs = append(errs, fmt.Errorf("--outbox-shards %d: want 1 to %d (0: the database's count)", c.OutboxShards, postgres.MaxOutboxShards))
 	}
 	if c.RelayGather < 0 {
 		errs = append(errs, fmt.Errorf("--relay-gather %s is negative", c.RelayGather))
