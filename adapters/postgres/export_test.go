@@ -57,3 +57,9 @@ var PartitionedQueries = map[string]string{
 	"payloadsByNotification": payloadsByNotification,
 	"eventsAppend":           eventsAppend,
 }
+
+// OutboxShardsPendingQuery and OutboxPartitionUnrelayed are the outbox's shard probes, for
+// their plans.
+const OutboxShardsPendingQuery = outboxShardsPending
+
+var OutboxPartitionUnrelayed = outboxPartitionUnrelayed

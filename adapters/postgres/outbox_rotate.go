@@ -59,7 +59,8 @@ WHERE i.inhparent = to_regclass($1) AND i.inhdetachpending`
 )
 
 // outboxPartitionUnrelayed is whether a partition holds a row past its shard's mark: one index
-// probe per shard and base (the primary key leads with the shard).
+// probe per shard and base (the primary key leads with the shard; a missing offset is the zero
+// mark, below every row).
 func outboxPartitionUnrelayed(partition string) string {
 	offsets := OutboxOffsets.MessagesOffsetsTable(OutboxTopic)
 	table := pgx.Identifier{partition}.Sanitize()
@@ -68,8 +69,9 @@ SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM bases) THEN EXISTS (SELECT 1 FROM ` +
 ELSE EXISTS (
 	SELECT 1 FROM generate_series(0, ` + strconv.Itoa(MaxOutboxShards-1) + `) s(shard) CROSS JOIN bases b
 	LEFT JOIN ` + offsets + ` o ON o.consumer_group = CASE WHEN s.shard = 0 THEN b.base ELSE b.base || '/' || s.shard END
-	WHERE EXISTS (SELECT 1 FROM ` + table + ` m WHERE m.shard = s.shard
-		AND (o.consumer_group IS NULL OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, coalesce(o.offset_acked, 0)))))
+	CROSS JOIN LATERAL (SELECT 1 FROM ` + table + ` m WHERE m.shard = s.shard
+		AND (m.transaction_id, m."offset") > (coalesce(o.last_processed_transaction_id, '0'::xid8), coalesce(o.offset_acked, 0))
+		ORDER BY m.transaction_id, m."offset" LIMIT 1) AS first_row)
 END`
 }
 

@@ -4,11 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/deliveryledger/ledger/adapters/postgres"
 	"github.com/deliveryledger/ledger/adapters/postgres/pgtest"
@@ -250,3 +254,85 @@ func TestOutboxRotationHoldsEachShardToItsOwnOffset(t *testing.T) {
 		t.Fatalf("%d partitions kept after both shards' offsets passed their rows", n)
 	}
 }
+
+// TestOutboxReadsAreIndexProbesBehindABacklog: behind a backlog of 3,000 rows in each of two
+// shards, a shard's relay read, the pending shards' probe and the rotation's check read the
+// primary key in ranges and stop early: no sequential or bitmap scan of the outbox, no sort,
+// and never more rows from it than a batch. watermill-sql's own read, with its offset as an OR
+// of two conditions, was a bitmap scan of the whole backlog and a sort at every poll.
+func TestOutboxReadsAreIndexProbesBehindABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	setShards(t, b.schema, 2)
+	if _, err := b.schema.Pool.Exec(ctx, `INSERT INTO `+outboxTable+` (uuid, payload, metadata, transaction_id, shard)
+		SELECT gen_random_uuid()::text, '{}', '{}', pg_current_xact_id(), g % 2 FROM generate_series(1, 6000) g`); err != nil {
+		t.Fatal(err)
+	}
+	// The relay of shard 0 has moved its first 100 rows; shard 1 has no offset yet.
+	if _, err := b.schema.Pool.Exec(ctx, `INSERT INTO watermill_offsets_ledger_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+		SELECT 'relay', "offset", transaction_id FROM `+outboxTable+` WHERE shard = 0 ORDER BY transaction_id, "offset" OFFSET 99 LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.schema.Pool.Exec(ctx, `ANALYZE `+outboxTable); err != nil {
+		t.Fatal(err)
+	}
+	var held string // the partition holding the backlog
+	if err := b.schema.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM `+outboxTable+` LIMIT 1`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	read := postgres.OutboxSchema.SelectQuery(postgres.OutboxTopicOf(0), "relay", postgres.OutboxOffsets)
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"relay read":     {read.Query, read.Args},
+		"pending":        {postgres.OutboxShardsPendingQuery, []any{"relay", postgres.MaxOutboxShards}},
+		"rotation check": {postgres.OutboxPartitionUnrelayed(held), nil},
+	} {
+		tx, err := b.schema.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+q.sql, q.args...)
+		var lines []string
+		if err == nil {
+			lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatalf("%s: explain: %v", name, err)
+		}
+		text := strings.Join(lines, "\n")
+		for i, line := range lines {
+			// A sort of the outbox's rows (a Merge Append of index scans names its key too, but
+			// sorts nothing).
+			if strings.Contains(line, "Sort Key:") && strings.Contains(line, "transaction_id") &&
+				i+1 < len(lines) && strings.Contains(lines[i+1], "Sort Method") {
+				t.Errorf("%s sorts the backlog:\n%s", name, text)
+			}
+			for _, bad := range []string{"Seq Scan on " + held, "Bitmap Heap Scan"} {
+				// The rotation's branch for an outbox with no group at all is an EXISTS over the
+				// partition (its first row ends it); with a group it is never run.
+				if strings.Contains(line, bad) && !strings.Contains(line, "never executed") {
+					t.Errorf("%s reads the backlog whole (%s):\n%s", name, bad, text)
+				}
+			}
+		}
+		for _, line := range lines {
+			if !strings.Contains(line, "Index") || !strings.Contains(line, "_pkey") {
+				continue
+			}
+			if m := actualRows.FindStringSubmatch(line); m != nil {
+				if n, _ := strconv.Atoi(m[1]); n > 100 {
+					t.Errorf("%s read %d rows from the outbox's key, more than a batch:\n%s", name, n, text)
+				}
+			}
+		}
+	}
+	if got := read.Query; !strings.Contains(got, "LIMIT 100") {
+		t.Errorf("the relay read takes no batch of 100:\n%s", got)
+	}
+}
+
+var actualRows = regexp.MustCompile(`actual rows=(\d+)`)

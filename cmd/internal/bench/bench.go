@@ -91,7 +91,7 @@ func (o *Options) ApplyQuick() {
 		o.RateFor = 8 * time.Second
 		o.AuditReads = 1000
 		o.ClientDeliveries = 2000
-		o.RolesBacklog = 2000
+		o.RolesBacklog = cmp.Or(o.RolesBacklog, 2000)
 		// A size given with --quick stays as given.
 		o.SchedulePending = cmp.Or(o.SchedulePending, quickSchedulePending)
 		o.ScheduleRate = cmp.Or(o.ScheduleRate, quickScheduleRate)

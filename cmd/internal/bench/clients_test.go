@@ -107,8 +107,14 @@ func TestBenchRolesPhase(t *testing.T) {
 	if !strings.Contains(table.String(), "roles phase") || !strings.Contains(table.String(), "relay alone") {
 		t.Errorf("the table lacks the roles phase:\n%s", table.String())
 	}
-	if rep.Counts["roles_relay_queued"] != 100 || rep.Throughput["roles_relay_alone"] <= 0 || rep.Counts["roles_queue_messages"] < 100 {
-		t.Errorf("relay alone: %d of 100 queued at %v/s, %d messages held: want all, a rate and the backlog held",
+	if rep.Counts["roles_relay_queued"] != 100 || rep.Throughput["roles_relay_alone"] <= 0 || rep.Counts["roles_queue_messages"] < 300 {
+		t.Errorf("relay alone: %d of 100 queued at %v/s, %d messages held: want all, a rate and every backlog held",
 			rep.Counts["roles_relay_queued"], rep.Throughput["roles_relay_alone"], rep.Counts["roles_queue_messages"])
+	}
+	for _, shards := range []string{"2", "4"} {
+		if rep.Counts["roles_relay_queued_shards_"+shards] != 100 || rep.Ratios["roles_relay_alone_shards_"+shards+"_vs_1"] <= 0 {
+			t.Errorf("relay alone with %s shards: %d of 100 queued, %.2fx one shard: want all and a ratio",
+				shards, rep.Counts["roles_relay_queued_shards_"+shards], rep.Ratios["roles_relay_alone_shards_"+shards+"_vs_1"])
+		}
 	}
 }

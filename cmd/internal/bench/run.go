@@ -411,6 +411,11 @@ func benchTargets(opts Options, rep *Report) []benchTarget {
 		v, ok := r[k]
 		add(k, ">= 0.9", v, v >= 0.9, ok)
 	}
+	// The roles phase: the relay alone over outbox shards, against one shard in the same run.
+	for k, want := range map[string]float64{"roles_relay_alone_shards_2_vs_1": 1.8, "roles_relay_alone_shards_4_vs_1": 3.2} {
+		v, ok := r[k]
+		add(k, fmt.Sprintf(">= %.1f", want), v, v >= want, ok)
+	}
 	// The single client: its accept, with the whole pipeline running, near the database's own
 	// single-row commit (pgbench in the same run).
 	if v, ok := r["clients_defaults_1_accept_vs_raw_commit_p50"]; ok {
