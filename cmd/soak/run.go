@@ -531,8 +531,8 @@ func (r *runner) report(v *verdict, ev evidence) {
 	r.say("sms sends: twilio=%d vonage=%d (%s); duplicates %d (explained by unknown %d, unexplained %d)",
 		s.TwilioSends, s.VonageSends, killed, s.Duplicates, s.ByUnknown, s.Unexplained)
 	if r.replaying {
-		r.say("replays: %d deliveries answered 404 died, %d replayed through the DLQ or a job (%d replay requests failed while processes died); %d replay jobs started two at a time over the same page (%d answered 503 with Retry-After)",
-			v.Gone, v.Replayed, r.replayer.failures.Load(), r.replayer.jobsStarted.Load(), r.replayer.jobsUnavailable.Load())
+		r.say("replays: %d deliveries answered 404 died, %d replayed through the DLQ or a job (%d replay requests failed while processes died; not to be replayed: %d whose 404 the ledger never learnt, unknown, and %d dead after their payload expired); %d replay jobs started two at a time over the same page (%d answered 503 with Retry-After)",
+			v.Gone, v.Replayed, r.replayer.failures.Load(), v.GoneUnknown, v.GoneExpired, r.replayer.jobsStarted.Load(), r.replayer.jobsUnavailable.Load())
 	}
 	r.say("%s", r.storm.summary())
 	rv := v.Retention
