@@ -308,6 +308,9 @@ func (s *server) checkRecipient(prefix, channel, recipient string, payload json.
 // accept runs the accept command under the request's fingerprint.
 func (s *server) accept(r *http.Request, tenant, key string, body []byte, cmd commands.AcceptNotification, hasMaxAttempts bool) (commands.AcceptResult, error) {
 	cmd.Tenant, cmd.RequestKey, cmd.RequestHash = tenant, key, requestHash(r.Method, r.URL.Path, body)
+	if s.deps.PaceAccept != nil {
+		s.deps.PaceAccept(r.Context())
+	}
 	res, err := s.deps.Accept.Handle(r.Context(), cmd)
 	var field *commands.InvalidField
 	if errors.As(err, &field) && (field.Field == "send_at" || field.Field == "category") {

@@ -127,6 +127,10 @@ type Deps struct {
 	// Ready checks the dependencies a request needs (database, broker) for /readyz. Nil means
 	// always ready.
 	Ready func(ctx context.Context) error
+	// PaceAccept, when set, runs before an accept commits and may wait there (the ledger's
+	// accept pacing: while more work waits for the workers than a bound, callers who wait for
+	// their answer are slowed towards the delivery rate). It returns early when ctx ends.
+	PaceAccept func(ctx context.Context)
 }
 
 // EventReader reads a tenant's delivery stream. postgres.EventStore implements it.

@@ -26,6 +26,7 @@ type Metrics struct {
 	deliveredLatency *prometheus.HistogramVec
 	inFlight         *prometheus.GaugeVec
 	relayLag         prometheus.Histogram
+	acceptPaced      prometheus.Histogram
 	relayPublished   prometheus.Counter
 	queueDepth       *prometheus.GaugeVec
 	oldestWaiting    *prometheus.GaugeVec
@@ -97,6 +98,11 @@ func New() *Metrics {
 			Help:    "Time from the outbox commit to the broker's confirm.",
 			Buckets: latencyBuckets,
 		}),
+		acceptPaced: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ledger_accept_paced_seconds",
+			Help:    "How long an accept waited before its commit because more work waited for the workers than LEDGER_ACCEPT_PACE_BACKLOG (paced accepts only).",
+			Buckets: latencyBuckets,
+		}),
 		relayPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ledger_relay_published_total",
 			Help: "Outbox messages the relay published and the broker confirmed.",
@@ -158,7 +164,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.accepts, m.attempts, m.retries, m.deadLetters, m.deferrals, m.attemptLatency,
-		m.deliveredLatency, m.inFlight, m.relayLag, m.relayPublished, m.queueDepth, m.oldestWaiting,
+		m.deliveredLatency, m.inFlight, m.relayLag, m.acceptPaced, m.relayPublished, m.queueDepth, m.oldestWaiting,
 		m.projectionApplied, m.projectionLagEvents, m.projectionLagSeconds, m.viewDeliveries,
 		m.decisions, m.circuitState, m.receipts, m.suppressed,
 		m.archivedEvents, m.archiveFailures, m.heldPartitions, m.overduePartitions,
@@ -236,6 +242,13 @@ func (m *Metrics) InFlight(provider string, delta int) {
 }
 
 // Relayed records one confirmed relay publish and its lag from the outbox commit.
+// AcceptPaced records the wait of an accept held back by the accept pacing.
+func (m *Metrics) AcceptPaced(wait time.Duration) {
+	if m != nil {
+		m.acceptPaced.Observe(wait.Seconds())
+	}
+}
+
 func (m *Metrics) Relayed(lag time.Duration) {
 	if m != nil {
 		m.relayPublished.Inc()

@@ -135,6 +135,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	benchFS.IntVar(&bopts.RetentionPeriods, "retention-periods", 0, fmt.Sprintf("how many keeps the retention phase sends for (0: %d, or 4 with --quick)", bench.DefaultRetentionPeriods))
 	benchFS.IntVar(&bopts.RetentionRate, "retention-rate", 0, fmt.Sprintf("deliveries per second of the retention phase, open loop (0: %d)", bench.DefaultRetentionRate))
 	benchFS.IntVar(&bopts.AuditReads, "audit-reads", 5000, "audit queries to time")
+	benchFS.Func("ledger-env", "a `LEDGER_NAME=value` setting for every ledger process the clients and roles phases start, beside their own (repeatable; to measure a setting)", func(v string) error {
+		if name, _, ok := strings.Cut(v, "="); !ok || !strings.HasPrefix(name, "LEDGER_") {
+			return fmt.Errorf("want LEDGER_NAME=value, got %q", v)
+		}
+		bopts.LedgerEnv = append(bopts.LedgerEnv, v)
+		return nil
+	})
 	benchFS.IntVar(&bopts.RolesBacklog, "roles-backlog", 0, "deliveries the roles phase holds in the outbox for each timing of the relay alone (0: 5000, or 2000 with --quick)")
 	benchFS.IntVar(&bopts.ClientDeliveries, "clients-deliveries", 10_000, "deliveries per closed-loop run of the clients phase (each run also stops sending after 30 s)")
 	benchClientList := benchFS.String("clients", "1,16,64", "client counts of the clients phase's closed-loop runs, comma-separated (0: none, the fixed-rate runs only)")

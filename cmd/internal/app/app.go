@@ -31,6 +31,7 @@ import (
 // App is the wired ledger: the roles of one process over one database and one broker.
 type App struct {
 	cfg      Config
+	pacer    *acceptPacer // nil: accepts are not paced
 	logger   *slog.Logger
 	roles    map[string]bool
 	pool     *pgxpool.Pool
@@ -307,6 +308,7 @@ func (a *App) buildAPI(clock commands.Clock, policies commands.Policies) error {
 		Providers:        a.providerViews,
 		Suppressions:     commands.NewSuppressions(a.suppression.Store, a.channels, a.categories, clock),
 		Ready:            a.ready,
+		PaceAccept:       a.paceAccept(),
 	}, a.logger.With("role", "api"))
 	if err != nil {
 		a.batcher.Close()
@@ -440,6 +442,11 @@ func (a *App) Run(ctx context.Context) error {
 		start("api", func(ctx context.Context) error { return serve(ctx, a.server, a.listener, a.cfg.ShutdownTimeout) })
 		// Every API process runs replay jobs; a lease keeps each job with one of them.
 		start("replay jobs", func(ctx context.Context) error { return a.replayJobs.Run(ctx, replayJobPoll) })
+		if a.pacer != nil {
+			start("accept pacing", func(ctx context.Context) error {
+				return a.pacer.watch(ctx, a.cfg.AMQPURL, a.topology.WorkQueues())
+			})
+		}
 		defer a.probe.Close()
 	}
 	if a.metricsListener != nil {

@@ -35,6 +35,7 @@ const (
 	// up with hand-tuned settings (docs/benchmarks.md, "Defaults that serve"). A slow
 	// destination cannot take them all: the per-host cap bounds its share at half.
 	defaultWorkerConcurrency = 128
+	defaultAcceptPaceMaxWait = time.Second
 	defaultWebhookTimeout    = 10 * time.Second
 	defaultShutdownTimeout   = 30 * time.Second
 	defaultRoles             = "api,relay,worker,projector,reconciler"
@@ -110,6 +111,10 @@ type Config struct {
 	ProjectorGather       time.Duration
 	// RelayGather is the relay's wait between a notification and its poll.
 	RelayGather time.Duration
+	// AcceptPaceBacklog, when above 0, is how many messages may wait in the work queues before
+	// an accept waits (up to AcceptPaceMaxWait) ahead of its commit.
+	AcceptPaceBacklog int
+	AcceptPaceMaxWait time.Duration
 	// OutboxShards, when above 0, is recorded at start as the database's outbox shard count
 	// (every writer and relay follows the database's); 0 leaves the count as recorded (1 on a
 	// fresh database).
@@ -202,6 +207,8 @@ func (c *Config) ServeFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ProjectorBatchSize, "projector-batch-size", projections.DefaultBatchSize, "events the projector applies per transaction")
 	fs.DurationVar(&c.ProjectorPollInterval, "projector-poll-interval", projections.DefaultPollInterval, "longest wait of an idle projector before it reads the log again")
 	fs.DurationVar(&c.RelayGather, "relay-gather", postgres.DefaultRelayGather, "how long the relay waits after an append's notification before it reads the outbox, so that close appends travel in one batch (0: at once)")
+	fs.IntVar(&c.AcceptPaceBacklog, "accept-pace-backlog", 0, "messages waiting in the work queues (ready, not yet taken by a worker) above which an accept waits before it commits, longer the further above, so that callers who wait for their 202 slow towards the delivery rate instead of growing the queue; read from the broker every 250 ms (0: never)")
+	fs.DurationVar(&c.AcceptPaceMaxWait, "accept-pace-max-wait", defaultAcceptPaceMaxWait, "the longest an accept waits for --accept-pace-backlog, reached at twice the backlog; then it commits")
 	fs.IntVar(&c.OutboxShards, "outbox-shards", 0, fmt.Sprintf("shards of the outbox, each moved by a relay of its own (a delivery's messages share one): recorded in the database at start, and followed by every process (0: the database's count, 1 on a fresh database; at most %d)", postgres.MaxOutboxShards))
 	fs.DurationVar(&c.ProjectorGather, "projector-gather", projections.DefaultGather, "shortest time between two reads of the log by a projector that has caught up, so that a busy log's events are applied together (0: read at every append)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", defaultReconcileInterval, "how often the reconciler asks providers about receipts overdue and unknown outcomes")
@@ -254,6 +261,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ReplayJobPage < 1 {
 		errs = append(errs, fmt.Errorf("--replay-job-page %d is below 1", c.ReplayJobPage))
+	}
+	if c.AcceptPaceBacklog < 0 {
+		errs = append(errs, fmt.Errorf("--accept-pace-backlog %d is negative", c.AcceptPaceBacklog))
+	}
+	if c.AcceptPaceMaxWait < 0 {
+		errs = append(errs, fmt.Errorf("--accept-pace-max-wait %s is negative", c.AcceptPaceMaxWait))
 	}
 	if c.OutboxShards < 0 || c.OutboxShards > postgres.MaxOutboxShards {
 		errs = append(errs, fmt.Errorf("--outbox-shards %d: want 1 to %d (0: the database's count)", c.OutboxShards, postgres.MaxOutboxShards))
