@@ -61,7 +61,8 @@ func fullServer(t *testing.T) *server {
 		ReplayJobs: &commands.ReplayJobs{}, Receipts: &Receipts{Record: &commands.RecordReceiptHandler{}},
 		Providers:    func(context.Context) ([]ProviderView, error) { panic("called") },
 		Suppressions: &commands.Suppressions{},
-		Ready:        func(context.Context) error { return nil }}
+		Ready:        func(context.Context) error { return nil },
+		PaceAccept:   func(context.Context) {}}
 	v := reflect.ValueOf(deps)
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {
