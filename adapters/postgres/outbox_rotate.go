@@ -85,9 +85,9 @@ const outboxSettleWait = 10 * time.Second
 // next transaction id to be assigned once the clock is past (the snapshot's xmax) and waits until
 // no transaction below it still runs (the snapshot's xmin has reached it). A transaction that
 // began before the bound and commits late is one of those: it is waited for, and its row is then
-// visible to the check. The check holds the partition's rows against the least mark of every
-// consumer group of the topic; a partition with a row not yet relayed (the relay stopped, a group
-// behind) is kept, to be tried again at the next round.
+// visible to the check. The check holds each of the partition's rows against the mark of its
+// shard's offset, for every consumer group; a partition with a row not yet relayed (the relay
+// stopped, a group or a shard behind) is kept, to be tried again at the next round.
 //
 // A complete partition is detached CONCURRENTLY: that takes SHARE UPDATE EXCLUSIVE on the
 // outbox, which neither the accepts' inserts nor the relay's reads wait for, and then waits for
