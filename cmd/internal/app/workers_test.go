@@ -454,7 +454,8 @@ func TestReplayedDeadDeliveryIsDelivered(t *testing.T) {
 }
 
 // TestDeferralWaitsWhatItRecords: a delivery a concurrency cap holds back comes back when its
-// history says it will (its deferred event's until), within tens of milliseconds, and not at the
+// history says it will (its deferred event's until), within a second (tens of milliseconds on a
+// quiet machine), and not at the
 // retry policy's first tier (30 s by default): a history that says 500 ms must mean 500 ms.
 func TestDeferralWaitsWhatItRecords(t *testing.T) {
 	t.Parallel()
@@ -486,8 +487,11 @@ func TestDeferralWaitsWhatItRecords(t *testing.T) {
 			if err := json.Unmarshal(e.Data, &d); err != nil {
 				t.Fatal(err)
 			}
+			// Late by up to a second: the suite runs beside tests that cut the database's
+			// connections, and it once came back 575 ms late under them (2026-12-03); the retry
+			// policy's first tier would be 30 s late.
 			next := events[i+1].RecordedAt
-			if early, late := d.Until.Sub(next), next.Sub(d.Until); early > 20*time.Millisecond || late > 500*time.Millisecond {
+			if early, late := d.Until.Sub(next), next.Sub(d.Until); early > 20*time.Millisecond || late > time.Second {
 				t.Fatalf("deferred until %s (%s after the deferral), next event %s at %s: the history does not say when it came back",
 					d.Until.Format(time.StampMilli), d.Until.Sub(e.RecordedAt), events[i+1].Type, next.Format(time.StampMilli))
 			}
