@@ -60,6 +60,7 @@ var PartitionedQueries = map[string]string{
 
 // OutboxShardsPendingQuery and OutboxPartitionUnrelayed are the outbox's shard probes, for
 // their plans.
-const OutboxShardsPendingQuery = outboxShardsPending
-
-var OutboxPartitionUnrelayed = outboxPartitionUnrelayed
+var (
+	OutboxShardsPendingQuery = outboxShardsPending
+	OutboxPartitionUnrelayed = outboxPartitionUnrelayed
+)

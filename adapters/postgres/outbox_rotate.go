@@ -68,10 +68,8 @@ func outboxPartitionUnrelayed(partition string) string {
 SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM bases) THEN EXISTS (SELECT 1 FROM ` + table + `)
 ELSE EXISTS (
 	SELECT 1 FROM generate_series(0, ` + strconv.Itoa(MaxOutboxShards-1) + `) s(shard) CROSS JOIN bases b
-	LEFT JOIN ` + offsets + ` o ON o.consumer_group = CASE WHEN s.shard = 0 THEN b.base ELSE b.base || '/' || s.shard END
-	CROSS JOIN LATERAL (SELECT 1 FROM ` + table + ` m WHERE m.shard = s.shard
-		AND (m.transaction_id, m."offset") > (coalesce(o.last_processed_transaction_id, '0'::xid8), coalesce(o.offset_acked, 0))
-		ORDER BY m.transaction_id, m."offset" LIMIT 1) AS first_row)
+	LEFT JOIN ` + offsets + ` o ON o.consumer_group = ` + outboxGroupSQL("b.base") + `
+	` + outboxFirstPastMark(table) + `)
 END`
 }
 

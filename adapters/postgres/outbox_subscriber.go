@@ -258,15 +258,10 @@ func visibleCheck(pool *pgxpool.Pool, shard int, consumerGroup string) func() bo
 
 // outboxShardsPending lists the shards holding a row past their offset under group (a base
 // group: shard i's offset is OutboxGroup(group, i)), whether or not it is readable yet; a shard
-// with rows and no offset row is pending (its mark is the zero one, below every row). One index
-// probe per shard: the row comparison on the primary key, ordered and limited (an EXISTS with an
-// OR in it was planned as a scan of every row, 77 ms behind a backlog of 30,000).
-const outboxShardsPending = `SELECT s.shard FROM generate_series(0, $2::int - 1) s(shard)
-LEFT JOIN "watermill_offsets_ledger_outbox" o
-	ON o.consumer_group = CASE WHEN s.shard = 0 THEN $1 ELSE $1 || '/' || s.shard END
-CROSS JOIN LATERAL (SELECT 1 FROM "watermill_ledger_outbox" m WHERE m.shard = s.shard
-	AND (m.transaction_id, m."offset") > (coalesce(o.last_processed_transaction_id, '0'::xid8), coalesce(o.offset_acked, 0))
-	ORDER BY m.transaction_id, m."offset" LIMIT 1) AS first_row
+// with rows and no offset row is pending. One index probe per shard.
+var outboxShardsPending = `SELECT s.shard FROM generate_series(0, $2::int - 1) s(shard)
+LEFT JOIN "watermill_offsets_ledger_outbox" o ON o.consumer_group = ` + outboxGroupSQL("$1") + `
+` + outboxFirstPastMark(`"watermill_ledger_outbox"`) + `
 ORDER BY 1`
 
 // OutboxShardsPending lists the shards that hold rows the relays of group have not moved yet.
