@@ -26,16 +26,17 @@ type eventsIndex struct {
 // eventsIndexes is every index the events table may have (docs/design.md, "Indexes on events").
 // An index lands only with an entry here that names the query or constraint that pays for it.
 var eventsIndexes = map[string]eventsIndex{
-	"events_pkey": {
-		def: `CREATE UNIQUE INDEX events_pkey ON ONLY events USING btree (transaction_id, "position", delivery_id)`,
+	"events_log_order": {
+		def: `CREATE INDEX events_log_order ON ONLY events USING btree (transaction_id, "position")`,
 		why: "the log order that every follower reads (ReadLog: the projector; the views' lag and " +
-			"pending counts), unique so that a checkpoint names one row (migration 0018); with the " +
-			"partition key since the table is partitioned (0019), a Merge Append of one scan per partition",
+			"pending counts); a Merge Append of one scan per partition since the table is partitioned " +
+			"(0019). Not unique: position is a sequence's, and a unique index of a partitioned table " +
+			"must hold the partition key, 16 bytes an entry no reader needs (0027)",
 		queries: []string{"eventsReadLog", "checkpointLagGet", "tenantPendingGet"},
 	},
 	"events_stream_version_key": {
 		def: `CREATE UNIQUE INDEX events_stream_version_key ON ONLY events USING btree (delivery_id, version)`,
-		why: "optimistic concurrency: one event per stream version; AppendEach's and the due pass's " +
+		why: "the events' key (0027): one event per stream version, for optimistic concurrency; AppendEach's and the due pass's " +
 			"version checks. The stream loads (Load, LoadMany, the views' stream reads) read this " +
 			"index or events_idempotency_key_key, both led by the delivery id (0024): the planner's choice",
 		queries: []string{"eventsTaken"},
@@ -237,7 +238,7 @@ func TestTenantPendingReadsTheLogOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text := strings.Join(plan, "\n"); !strings.Contains(text, "_pkey ") || strings.Contains(text, "Seq Scan on events") {
+	if text := strings.Join(plan, "\n"); !strings.Contains(text, "_transaction_id_position_idx ") || strings.Contains(text, "Seq Scan on events") {
 		t.Fatalf("the pending count does not read the log order's key:\n%s", text)
 	}
 }
