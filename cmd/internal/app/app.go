@@ -412,6 +412,11 @@ func (a *App) Run(ctx context.Context) error {
 			return postgres.KeepStatistics(ctx, a.pool, statisticsInterval, a.logger)
 		}))
 	}
+	if a.roles["api"] || a.roles["relay"] || a.roles["worker"] || a.projector != nil {
+		start("vacuum", after(statisticsInterval/8, func(ctx context.Context) error {
+			return postgres.KeepVacuumed(ctx, a.pool, statisticsInterval, a.logger)
+		}))
+	}
 	if a.attempts != nil {
 		if err := a.startWorkers(start); err != nil {
 			return err
@@ -520,7 +525,8 @@ func serve(ctx context.Context, server *http.Server, l net.Listener, grace time.
 // replayJobPoll is how often an idle API process looks for a replay job to run.
 const replayJobPoll = 500 * time.Millisecond
 
-// statisticsInterval is how often a writing process checks whether its tables need ANALYZE.
+// statisticsInterval is how often a writing process checks whether its tables need ANALYZE, and
+// whether its updated tables need VACUUM.
 const statisticsInterval = 5 * time.Second
 
 // gaugeInterval is how often the queue depth and waiting age gauges are refreshed.
