@@ -508,9 +508,14 @@ func (a *App) startWorkers(start func(string, func(context.Context) error)) erro
 	return nil
 }
 
-// serve serves HTTP on l until ctx ends, then shuts the server down gracefully.
+// serve serves HTTP on l until ctx ends, then shuts the server down gracefully: it returns only
+// when the requests in flight are answered (or grace is up). Serve itself returns as soon as the
+// shutdown begins; returning then let the process close the database pool under requests still
+// running, which answered 500 ("closed pool") to whatever was in flight at a stop.
 func serve(ctx context.Context, server *http.Server, l net.Listener, grace time.Duration) error {
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
@@ -519,6 +524,7 @@ func serve(ctx context.Context, server *http.Server, l net.Listener, grace time.
 	if err := server.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	<-done
 	return nil
 }
 
