@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -300,7 +301,16 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 		return Ack
 	}
 
-	outcome := c.send(ctx)
+	var outcome domain.Outcome
+	if known != nil && known.PayloadExpired() && payloadMissing(msg.Payload) {
+		// The message was built after the payload's body left (retention.payloads): a retry of
+		// a replay that began before the expiry. There is nothing to send; a call would send an
+		// empty body as if it were the notification.
+		outcome = domain.Outcome{Kind: domain.OutcomePermanent, Provider: sender.Provider(), Err: errPayloadGoneText}
+		log.WarnContext(ctx, "the payload expired before this attempt: ending the delivery without a call")
+	} else {
+		outcome = c.send(ctx)
+	}
 	// A call that never reached its provider cannot have sent anything: the same attempt moves
 	// on to the next provider at once. After any other outcome, an unknown one above all (the
 	// provider may have sent it), the attempt stays with the provider that answered.
@@ -359,6 +369,15 @@ func (h *AttemptHandler) Handle(ctx context.Context, a Attempt) Verdict {
 	}
 	log.DebugContext(ctx, "attempt recorded", "outcome", outcome.Kind, "state", state, "provider", outcome.Provider)
 	return Ack
+}
+
+// errPayloadGoneText is the recorded error of an attempt that found its payload expired.
+const errPayloadGoneText = "payload expired (retention.payloads) before this attempt: nothing to send, no provider was called"
+
+// payloadMissing reports whether a work message carries no payload: the body of a delivery
+// whose payload expired is null in the snapshot the message was built from.
+func payloadMissing(p json.RawMessage) bool {
+	return len(p) == 0 || string(p) == "null"
 }
 
 // call is one attempt's way through its channel's providers: the provider it is with, the
